@@ -1,0 +1,3 @@
+module github.com/vmlane/vmlane
+
+go 1.25.0
