@@ -1,0 +1,141 @@
+package leases
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// BootpdPath is where macOS's DHCP server (bootpd, which serves vmnet's
+// shared network) keeps its leases.
+const BootpdPath = "/var/db/dhcpd_leases"
+
+// maxBootpdLine bounds one line, so a corrupt file cannot make the parser
+// buffer without limit.
+const maxBootpdLine = 4096
+
+// ParseBootpd parses macOS bootpd's lease file: blocks of key=value lines
+// between "{" and "}", newest first:
+//
+//	{
+//		name=vm-a
+//		ip_address=192.168.64.2
+//		hw_address=1,62:25:1b:5:97:bf
+//		identifier=1,62:25:1b:5:97:bf
+//		lease=0x6782bf9a
+//	}
+//
+// hw_address is "type,address" with leading zeros stripped from each octet;
+// type 1 is Ethernet, and only those entries get a MAC (entries whose client
+// sent a DUID, "identifier=ff,...", carry none). lease is the absolute expiry
+// in Unix seconds, in hex. Every entry comes back as a bound DHCP lease, in
+// file order.
+func ParseBootpd(r io.Reader) ([]Lease, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 256), maxBootpdLine)
+	var (
+		out     []Lease
+		cur     *Lease
+		start   int
+		lineNum int
+	)
+	for sc.Scan() {
+		lineNum++
+		line := strings.TrimSpace(sc.Text())
+		switch {
+		case line == "":
+			continue
+		case line == "{":
+			if cur != nil {
+				return nil, fmt.Errorf("line %d: \"{\" inside the entry opened at line %d", lineNum, start)
+			}
+			cur, start = &Lease{State: StateBound, Source: SourceDHCP}, lineNum
+			continue
+		case line == "}":
+			if cur == nil {
+				return nil, fmt.Errorf("line %d: \"}\" without \"{\"", lineNum)
+			}
+			if !cur.IP.IsValid() {
+				return nil, fmt.Errorf("entry at line %d has no ip_address", start)
+			}
+			out = append(out, *cur)
+			cur = nil
+			continue
+		case cur == nil:
+			return nil, fmt.Errorf("line %d: %q outside an entry", lineNum, line)
+		}
+		key, val, ok := strings.Cut(line, "=")
+		if !ok {
+			return nil, fmt.Errorf("line %d: %q is not key=value", lineNum, line)
+		}
+		if err := setBootpdField(cur, key, val); err != nil {
+			return nil, fmt.Errorf("line %d: %w", lineNum, err)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return nil, fmt.Errorf("line %d: longer than %d bytes", lineNum+1, maxBootpdLine)
+		}
+		return nil, err
+	}
+	if cur != nil {
+		return nil, fmt.Errorf("entry at line %d is not closed", start)
+	}
+	return out, nil
+}
+
+func setBootpdField(l *Lease, key, val string) error {
+	switch key {
+	case "name":
+		l.Hostname = val
+	case "ip_address":
+		ip, err := netip.ParseAddr(val)
+		if err != nil || !ip.Is4() {
+			return fmt.Errorf("ip_address %q is not an IPv4 address", val)
+		}
+		l.IP = ip
+	case "hw_address":
+		mac, err := parseBootpdHW(val)
+		if err != nil {
+			return fmt.Errorf("hw_address %q: %w", val, err)
+		}
+		l.MAC = mac
+	case "lease":
+		h, ok := strings.CutPrefix(val, "0x")
+		if !ok {
+			return fmt.Errorf("lease %q: want 0x and hex Unix seconds", val)
+		}
+		secs, err := strconv.ParseUint(h, 16, 63)
+		if err != nil || secs > 1<<40 {
+			return fmt.Errorf("lease %q: want 0x and hex Unix seconds", val)
+		}
+		l.Expires = time.Unix(int64(secs), 0).UTC()
+	}
+	// identifier and keys bootpd may add later carry nothing vmlane uses.
+	return nil
+}
+
+// parseBootpdHW turns "1,62:25:1b:5:97:bf" into "62:25:1b:05:97:bf". Types
+// other than 1 (Ethernet) are not MACs and yield "".
+func parseBootpdHW(val string) (string, error) {
+	typ, addr, ok := strings.Cut(val, ",")
+	if !ok {
+		return "", errors.New("want type,address")
+	}
+	if typ != "1" {
+		return "", nil
+	}
+	if n := strings.Count(addr, ":") + 1; n != 6 {
+		return "", fmt.Errorf("want 6 octets, got %d", n)
+	}
+	mac, err := NormalizeMAC(addr)
+	if err != nil {
+		return "", fmt.Errorf("octets are not hex: %w", err)
+	}
+	return mac, nil
+}

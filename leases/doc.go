@@ -1,0 +1,50 @@
+// Package leases is vmlane's lease store: the record of which address each VM
+// or pod holds on a node, kept in one JSON file (by default
+// /var/lib/vmlane/leases.json).
+//
+// It has two audiences. Writers (the CNI plugin, the DHCP server, vmlanectl)
+// use a [Store], which serializes every change on an exclusive flock of
+// "<file>.lock" and replaces the file atomically: write a temp file in the
+// same folder, fsync it, rename it over the old one, fsync the folder. VM
+// runtimes use [Read], [Wait] and the [Snapshot] lookups; readers never lock,
+// because a rename is atomic and a reader therefore sees either the old file
+// or the new one, never a mix.
+//
+// The same reader API also reads macOS bootpd's /var/db/dhcpd_leases
+// ([ParseBootpd]), so a VM runtime has one way to map a VM's MAC to its IP on
+// both systems.
+//
+// The package imports the standard library only, so a VM runtime can depend
+// on it without pulling in netlink or client-go.
+//
+// # File format (version 1)
+//
+//	{
+//	  "version": 1,
+//	  "node": "node-a",
+//	  "subnet": "10.244.3.0/24",
+//	  "gateway": "10.244.3.1",
+//	  "lastReserved": "10.244.3.7",
+//	  "leases": [
+//	    {
+//	      "mac": "02:00:0a:f4:03:07",
+//	      "ip": "10.244.3.7",
+//	      "state": "bound",
+//	      "source": "cni",
+//	      "containerID": "4f6c…",
+//	      "ifname": "eth0",
+//	      "netns": "/var/run/netns/cni-1234",
+//	      "pod": {"namespace": "default", "name": "vm-a", "uid": "5b1e…"},
+//	      "hostname": "vm-a",
+//	      "created": "2026-11-22T17:00:00Z",
+//	      "expires": "2026-11-23T17:00:00Z"
+//	    }
+//	  ]
+//	}
+//
+// Leases are sorted by IP. "expires" is absent while a CNI reservation is not
+// yet bound by DHCP: such a reservation lasts until CNI DEL or GC releases
+// it. "lastReserved" is the allocator's round-robin cursor (as host-local
+// keeps one): it is an addition to the documented contract that readers may
+// ignore. schema.json in this folder is the JSON Schema of the format.
+package leases

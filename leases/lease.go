@@ -1,0 +1,242 @@
+package leases
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Version is the lease file format version this package reads and writes.
+const Version = 1
+
+// State is where a lease is in its life.
+type State string
+
+const (
+	// StateReserved: the address is held for an attachment (by CNI ADD) or
+	// offered to a MAC, but no DHCP client has confirmed it yet.
+	StateReserved State = "reserved"
+	// StateBound: a DHCP client has been ACKed this address until Expires.
+	StateBound State = "bound"
+	// StateDeclined: a client reported the address in use by someone else
+	// (DHCPDECLINE). It is quarantined until Expires.
+	StateDeclined State = "declined"
+)
+
+// Source says who created a lease.
+type Source string
+
+const (
+	// SourceCNI: reserved by the CNI plugin for a pod attachment.
+	SourceCNI Source = "cni"
+	// SourceDHCP: allocated by the DHCP server from its dynamic range, for a
+	// VM attached to the bridge without CNI.
+	SourceDHCP Source = "dhcp"
+)
+
+// Pod names the Kubernetes pod a lease belongs to.
+type Pod struct {
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
+	UID       string `json:"uid,omitempty"`
+}
+
+// Key identifies a CNI attachment: a container ID and the interface name the
+// runtime asked for. The CNI spec uses the same pair as an attachment's
+// identity (cni.dev/valid-attachments).
+type Key struct {
+	ContainerID string
+	IfName      string
+}
+
+func (k Key) String() string { return k.ContainerID + "/" + k.IfName }
+
+// Lease is one address held on the node.
+type Lease struct {
+	MAC         string     `json:"mac"`
+	IP          netip.Addr `json:"ip"`
+	State       State      `json:"state"`
+	Source      Source     `json:"source"`
+	ContainerID string     `json:"containerID,omitempty"`
+	IfName      string     `json:"ifname,omitempty"`
+	NetNS       string     `json:"netns,omitempty"`
+	Pod         Pod        `json:"pod,omitzero"`
+	Hostname    string     `json:"hostname,omitempty"`
+	Created     time.Time  `json:"created"`
+	// Expires is zero for a CNI reservation that no DHCP client has bound:
+	// such a reservation lasts until it is released.
+	Expires time.Time `json:"expires,omitzero"`
+}
+
+// Key returns the CNI attachment the lease belongs to; it is zero for leases
+// the DHCP server allocated on its own.
+func (l Lease) Key() Key { return Key{ContainerID: l.ContainerID, IfName: l.IfName} }
+
+// Expired reports whether the lease has an expiry and it has passed.
+func (l Lease) Expired(now time.Time) bool {
+	return !l.Expires.IsZero() && !now.Before(l.Expires)
+}
+
+// File is the whole lease file.
+type File struct {
+	Version int          `json:"version"`
+	Node    string       `json:"node,omitempty"`
+	Subnet  netip.Prefix `json:"subnet"`
+	Gateway netip.Addr   `json:"gateway"`
+	// LastReserved is the allocator's round-robin cursor.
+	LastReserved netip.Addr `json:"lastReserved,omitzero"`
+	Leases       []Lease    `json:"leases"`
+}
+
+// NormalizeMAC returns mac in the file's canonical form: lowercase,
+// colon-separated, six two-digit octets. It accepts anything net.ParseMAC
+// accepts for a 48-bit address, and the macOS spelling with leading zeros
+// stripped from octets ("2:0:a:f4:3:7").
+func NormalizeMAC(mac string) (string, error) {
+	if parts := strings.Split(mac, ":"); len(parts) == 6 {
+		var b [6]byte
+		ok := true
+		for i, p := range parts {
+			v, err := strconv.ParseUint(p, 16, 8)
+			if err != nil || len(p) == 0 || len(p) > 2 {
+				ok = false
+				break
+			}
+			b[i] = byte(v)
+		}
+		if ok {
+			return net.HardwareAddr(b[:]).String(), nil
+		}
+	}
+	hw, err := net.ParseMAC(mac)
+	if err != nil {
+		return "", fmt.Errorf("invalid MAC %q: %w", mac, err)
+	}
+	if len(hw) != 6 {
+		return "", fmt.Errorf("invalid MAC %q: want 6 octets, got %d", mac, len(hw))
+	}
+	return hw.String(), nil
+}
+
+// Decode parses and validates a lease file. Unknown fields are ignored so
+// that a newer writer's additions do not break older readers; an unknown
+// version is an error.
+func Decode(data []byte) (*File, error) {
+	var probe struct {
+		Version *int `json:"version"`
+	}
+	if err := json.Unmarshal(data, &probe); err != nil {
+		return nil, fmt.Errorf("not a lease file: %w", err)
+	}
+	if probe.Version == nil {
+		return nil, errors.New("not a lease file: no \"version\" field")
+	}
+	if *probe.Version != Version {
+		return nil, fmt.Errorf("unsupported lease file version %d (this build reads version %d)", *probe.Version, Version)
+	}
+	f := new(File)
+	if err := json.Unmarshal(data, f); err != nil {
+		return nil, fmt.Errorf("parsing lease file: %w", err)
+	}
+	if err := f.validate(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// validate checks what a writer must never have produced: a reader that
+// accepted these would hand a VM a wrong or duplicate address.
+func (f *File) validate() error {
+	if !f.Subnet.IsValid() {
+		return errors.New("lease file has no valid \"subnet\"")
+	}
+	if f.Subnet != f.Subnet.Masked() {
+		return fmt.Errorf("lease file subnet %s has host bits set", f.Subnet)
+	}
+	if f.Gateway.IsValid() && !f.Subnet.Contains(f.Gateway) {
+		return fmt.Errorf("lease file gateway %s is outside subnet %s", f.Gateway, f.Subnet)
+	}
+	seen := make(map[netip.Addr]bool, len(f.Leases))
+	for i, l := range f.Leases {
+		if !l.IP.IsValid() {
+			return fmt.Errorf("lease %d has no valid \"ip\"", i)
+		}
+		if !f.Subnet.Contains(l.IP) {
+			return fmt.Errorf("lease %d: ip %s is outside subnet %s", i, l.IP, f.Subnet)
+		}
+		if seen[l.IP] {
+			return fmt.Errorf("lease %d: ip %s is held twice", i, l.IP)
+		}
+		seen[l.IP] = true
+		if l.MAC != "" {
+			if m, err := NormalizeMAC(l.MAC); err != nil || m != l.MAC {
+				return fmt.Errorf("lease %d: mac %q is not lowercase colon-separated", i, l.MAC)
+			}
+		}
+		switch l.State {
+		case StateReserved, StateBound, StateDeclined:
+		default:
+			return fmt.Errorf("lease %d: unknown state %q", i, l.State)
+		}
+		switch l.Source {
+		case SourceCNI, SourceDHCP:
+		default:
+			return fmt.Errorf("lease %d: unknown source %q", i, l.Source)
+		}
+	}
+	return nil
+}
+
+// Encode renders f in the file's canonical form: leases sorted by IP, one
+// lease per line so that a diff of two versions is readable.
+func (f *File) Encode() ([]byte, error) {
+	f.sort()
+	var b bytes.Buffer
+	b.Grow(256 + 320*len(f.Leases))
+	hdr := *f
+	hdr.Leases = nil
+	head, err := json.Marshal(&hdr)
+	if err != nil {
+		return nil, err
+	}
+	// head ends in `"leases":null}`; splice the leases in one per line.
+	head = bytes.TrimSuffix(head, []byte(`"leases":null}`))
+	b.Write(head)
+	b.WriteString(`"leases":[`)
+	for i := range f.Leases {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString("\n  ")
+		line, err := json.Marshal(&f.Leases[i])
+		if err != nil {
+			return nil, err
+		}
+		b.Write(line)
+	}
+	if len(f.Leases) > 0 {
+		b.WriteByte('\n')
+	}
+	b.WriteString("]}\n")
+	return b.Bytes(), nil
+}
+
+func (f *File) sort() {
+	slices.SortFunc(f.Leases, func(a, b Lease) int { return a.IP.Compare(b.IP) })
+}
+
+// normalizeTimes keeps the file in UTC with second precision, as the format
+// promises RFC 3339 UTC timestamps.
+func normTime(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return t.UTC().Truncate(time.Second)
+}

@@ -1,0 +1,156 @@
+package leases
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"time"
+)
+
+// Snapshot is a lease file as it was when read. Lookups on it are O(1).
+type Snapshot struct {
+	// File is the parsed file. For a bootpd file only Leases is set.
+	File  File
+	byMAC map[string]int
+	byIP  map[netip.Addr]int
+	now   time.Time
+}
+
+// Read reads a lease file without locking it. It reads vmlane's JSON lease
+// file and, so that a VM runtime has one API on both systems, macOS bootpd's
+// /var/db/dhcpd_leases (told apart by their first bytes).
+func Read(path string) (*Snapshot, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	s, err := parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("lease file %s: %w", path, err)
+	}
+	return s, nil
+}
+
+func parse(data []byte) (*Snapshot, error) {
+	if isBootpd(data) {
+		ls, err := ParseBootpd(bytes.NewReader(data))
+		if err != nil {
+			return nil, err
+		}
+		return NewSnapshot(File{Leases: ls}), nil
+	}
+	f, err := Decode(data)
+	if err != nil {
+		return nil, err
+	}
+	return NewSnapshot(*f), nil
+}
+
+// isBootpd tells bootpd's format ("{\n\tname=...") from JSON ("{\"version\"").
+func isBootpd(data []byte) bool {
+	data = bytes.TrimLeft(data, " \t\r\n")
+	if len(data) == 0 || data[0] != '{' {
+		return false
+	}
+	rest := bytes.TrimLeft(data[1:], " \t\r\n")
+	return len(rest) > 0 && rest[0] != '"' && rest[0] != '}'
+}
+
+// NewSnapshot indexes f for lookups.
+func NewSnapshot(f File) *Snapshot {
+	s := &Snapshot{
+		File:  f,
+		byMAC: make(map[string]int, len(f.Leases)),
+		byIP:  make(map[netip.Addr]int, len(f.Leases)),
+		now:   time.Now(),
+	}
+	for i, l := range f.Leases {
+		s.byIP[l.IP] = i
+		if l.MAC == "" || l.State == StateDeclined {
+			continue
+		}
+		// bootpd lists the newest lease first; keep the first one seen.
+		if _, dup := s.byMAC[l.MAC]; !dup {
+			s.byMAC[l.MAC] = i
+		}
+	}
+	return s
+}
+
+// Leases returns every lease in the snapshot.
+func (s *Snapshot) Leases() []Lease { return s.File.Leases }
+
+// ByMAC returns the lease of a VM's MAC, in any accepted spelling. Declined
+// and expired leases are not returned: their address is not the VM's.
+func (s *Snapshot) ByMAC(mac string) (Lease, bool) {
+	m, err := NormalizeMAC(mac)
+	if err != nil {
+		return Lease{}, false
+	}
+	i, ok := s.byMAC[m]
+	if !ok || s.File.Leases[i].Expired(s.now) {
+		return Lease{}, false
+	}
+	return s.File.Leases[i], true
+}
+
+// ByIP returns the lease of an address, whatever its state.
+func (s *Snapshot) ByIP(ip netip.Addr) (Lease, bool) {
+	i, ok := s.byIP[ip.Unmap()]
+	if !ok {
+		return Lease{}, false
+	}
+	return s.File.Leases[i], true
+}
+
+// ByPod returns the leases of a pod (one per attachment).
+func (s *Snapshot) ByPod(namespace, name string) []Lease {
+	var out []Lease
+	for _, l := range s.File.Leases {
+		if l.Pod.Namespace == namespace && l.Pod.Name == name {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// CompatLease is one entry of the cocoon-net compatible export.
+type CompatLease struct {
+	MAC    string    `json:"mac"`
+	IP     string    `json:"ip"`
+	Expiry time.Time `json:"expiry"`
+}
+
+// compatForever stands in for the expiry of reservations that last until
+// released, which the compat format cannot express.
+var compatForever = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
+
+// Compat returns the live leases that have a MAC in the cocoon-net format.
+// Reservations held until released get the expiry 9999-12-31T23:59:59Z.
+func (s *Snapshot) Compat() []CompatLease {
+	out := make([]CompatLease, 0, len(s.File.Leases))
+	for _, l := range s.File.Leases {
+		if l.MAC == "" || l.State == StateDeclined || l.Expired(s.now) {
+			continue
+		}
+		exp := l.Expires
+		if exp.IsZero() {
+			exp = compatForever
+		}
+		out = append(out, CompatLease{MAC: l.MAC, IP: l.IP.String(), Expiry: exp.UTC()})
+	}
+	return out
+}
+
+// WriteCocoonCompat writes [Snapshot.Compat] to path as a JSON array of
+// {"mac","ip","expiry"} (RFC 3339), atomically, for runtimes that already
+// read cocoon-net's lease export.
+func (s *Snapshot) WriteCocoonCompat(path string) error {
+	data, err := json.MarshalIndent(s.Compat(), "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(path, append(data, '\n'), 0o644)
+}

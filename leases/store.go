@@ -1,0 +1,260 @@
+package leases
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Errors callers branch on. Returned errors wrap these with context, so test
+// them with errors.Is.
+var (
+	// ErrExhausted: every usable address of the subnet (or pool) is held.
+	ErrExhausted = errors.New("no free address")
+	// ErrInUse: a requested address, or MAC, is held by another lease.
+	ErrInUse = errors.New("already in use")
+	// ErrNotFound: no lease matches.
+	ErrNotFound = errors.New("no such lease")
+	// ErrCorrupt: the lease file on disk cannot be read. The store refuses
+	// to write over it, so no lease in it is lost; an operator must look.
+	ErrCorrupt = errors.New("lease file unreadable")
+	// ErrSubnetChanged: the file holds leases of another subnet than the
+	// store was opened with (the node's podCIDR changed under live leases).
+	ErrSubnetChanged = errors.New("lease file belongs to another subnet")
+	// ErrConflict: the request contradicts what the lease already says (a
+	// retried ADD asking for another IP, a bind from another MAC).
+	ErrConflict = errors.New("conflicts with existing lease")
+)
+
+// Store is the writers' view of a lease file. It keeps no lease state in
+// memory: every operation reads the file under the lock, so any number of
+// processes (one per CNI call, the DHCP server, vmlanectl) can share a file.
+// A Store is safe for concurrent use.
+type Store struct {
+	path     string
+	lockPath string
+	subnet   netip.Prefix
+	gateway  netip.Addr
+	node     string
+	now      func() time.Time
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithNode records the node name in the file.
+func WithNode(name string) Option { return func(s *Store) { s.node = name } }
+
+// WithClock replaces time.Now, for tests.
+func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
+
+// Open returns a store for the lease file at path, for the given subnet and
+// gateway. It creates the folder if needed but does not touch the file: the
+// first change creates it. Open fails on a subnet with no usable address or a
+// gateway that is not a usable address of the subnet.
+func Open(path string, subnet netip.Prefix, gateway netip.Addr, opts ...Option) (*Store, error) {
+	if err := checkSubnet(subnet, gateway); err != nil {
+		return nil, err
+	}
+	s := &Store{
+		path:     path,
+		lockPath: path + ".lock",
+		subnet:   subnet,
+		gateway:  gateway,
+		now:      time.Now,
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("creating lease folder: %w", err)
+	}
+	return s, nil
+}
+
+func checkSubnet(subnet netip.Prefix, gateway netip.Addr) error {
+	if !subnet.IsValid() {
+		return errors.New("subnet is not a valid CIDR")
+	}
+	if subnet != subnet.Masked() {
+		return fmt.Errorf("subnet %s has host bits set (did you mean %s?)", subnet, subnet.Masked())
+	}
+	if !gateway.IsValid() {
+		return fmt.Errorf("gateway is not a valid address")
+	}
+	if !subnet.Contains(gateway) {
+		return fmt.Errorf("gateway %s is outside subnet %s", gateway, subnet)
+	}
+	p := poolOf(subnet)
+	if !p.contains(gateway) {
+		return fmt.Errorf("gateway %s is the network or broadcast address of %s", gateway, subnet)
+	}
+	if p.First == p.Last {
+		return fmt.Errorf("subnet %s has no usable address besides the gateway", subnet)
+	}
+	return nil
+}
+
+// Path is the lease file's path.
+func (s *Store) Path() string { return s.path }
+
+// Subnet is the subnet the store allocates from.
+func (s *Store) Subnet() netip.Prefix { return s.subnet }
+
+// Gateway is the subnet's gateway, never handed out.
+func (s *Store) Gateway() netip.Addr { return s.gateway }
+
+// Update runs fn on the current file under the lock and, if fn changed
+// anything and returned nil, writes the result before the lock is released.
+// When fn returns an error nothing is written: several changes in one Update
+// land together or not at all, which is also how a caller batches many
+// changes into one fsync (group commit).
+func (s *Store) Update(fn func(tx *Tx) error) error {
+	lk, err := lockFile(s.lockPath)
+	if err != nil {
+		return err
+	}
+	defer lk.unlock()
+	f, err := s.loadLocked()
+	if err != nil {
+		return err
+	}
+	tx := &Tx{f: f, s: s, now: normTime(s.now())}
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if !tx.changed {
+		return nil
+	}
+	return s.writeLocked(f)
+}
+
+// View runs fn on the current file under the lock, without writing.
+func (s *Store) View(fn func(tx *Tx) error) error {
+	lk, err := lockFile(s.lockPath)
+	if err != nil {
+		return err
+	}
+	defer lk.unlock()
+	f, err := s.loadLocked()
+	if err != nil {
+		return err
+	}
+	return fn(&Tx{f: f, s: s, now: normTime(s.now()), readOnly: true})
+}
+
+// loadLocked reads the file; the caller holds the file lock. A missing file
+// is an empty one. A file of another subnet is adopted only when it holds no
+// lease, so a podCIDR change never silently drops live leases.
+func (s *Store) loadLocked() (*File, error) {
+	data, err := os.ReadFile(s.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return &File{Version: Version, Node: s.node, Subnet: s.subnet, Gateway: s.gateway}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading lease file %s: %w", s.path, err)
+	}
+	f, err := Decode(data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v (the store will not write over it; move it aside to start afresh)", ErrCorrupt, s.path, err)
+	}
+	if f.Subnet != s.subnet {
+		if len(f.Leases) > 0 {
+			return nil, fmt.Errorf("%w: %s holds %d leases of subnet %s, not %s", ErrSubnetChanged, s.path, len(f.Leases), f.Subnet, s.subnet)
+		}
+		f.Subnet, f.LastReserved = s.subnet, netip.Addr{}
+	}
+	f.Gateway = s.gateway
+	if s.node != "" {
+		f.Node = s.node
+	}
+	return f, nil
+}
+
+func (s *Store) writeLocked(f *File) error {
+	data, err := f.Encode()
+	if err != nil {
+		return fmt.Errorf("encoding lease file: %w", err)
+	}
+	if err := writeFileAtomic(s.path, data, 0o644); err != nil {
+		return fmt.Errorf("writing lease file: %w", err)
+	}
+	return nil
+}
+
+// Reserve holds an address for req; see [Tx.Reserve].
+func (s *Store) Reserve(req ReserveRequest) (l Lease, err error) {
+	err = s.Update(func(tx *Tx) error {
+		l, err = tx.Reserve(req)
+		return err
+	})
+	return l, err
+}
+
+// Release frees the lease of a CNI attachment; see [Tx.Release].
+func (s *Store) Release(key Key) (l Lease, ok bool, err error) {
+	err = s.Update(func(tx *Tx) error {
+		l, ok = tx.Release(key)
+		return nil
+	})
+	return l, ok, err
+}
+
+// Bind marks the lease of ip as bound to mac until expires; see [Tx.Bind].
+func (s *Store) Bind(mac string, ip netip.Addr, expires time.Time, hostname string) (l Lease, err error) {
+	err = s.Update(func(tx *Tx) error {
+		l, err = tx.Bind(mac, ip, expires, hostname)
+		return err
+	})
+	return l, err
+}
+
+// Decline quarantines ip until until; see [Tx.Decline].
+func (s *Store) Decline(ip netip.Addr, mac string, until time.Time) (l Lease, err error) {
+	err = s.Update(func(tx *Tx) error {
+		l, err = tx.Decline(ip, mac, until)
+		return err
+	})
+	return l, err
+}
+
+// GC releases every CNI lease whose attachment is not in valid; see [Tx.GC].
+func (s *Store) GC(valid []Key) (released []Lease, err error) {
+	err = s.Update(func(tx *Tx) error {
+		released = tx.GC(valid)
+		return nil
+	})
+	return released, err
+}
+
+// Expire applies expiry to every lease whose time has passed; see
+// [Tx.Expire].
+func (s *Store) Expire() (changed []Lease, err error) {
+	err = s.Update(func(tx *Tx) error {
+		changed = tx.Expire()
+		return nil
+	})
+	return changed, err
+}
+
+// Get returns the lease of a CNI attachment.
+func (s *Store) Get(key Key) (l Lease, ok bool, err error) {
+	err = s.View(func(tx *Tx) error {
+		l, ok = tx.Get(key)
+		return nil
+	})
+	return l, ok, err
+}
+
+// List returns every lease, sorted by IP.
+func (s *Store) List() (ls []Lease, err error) {
+	err = s.View(func(tx *Tx) error {
+		ls = tx.Leases()
+		return nil
+	})
+	return ls, err
+}

@@ -1,0 +1,387 @@
+package leases
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+)
+
+// Tx is one locked read-modify-write of the lease file, handed to the
+// function given to [Store.Update]. Its methods change the in-memory file;
+// Update writes it once fn returns. A Tx must not be used after fn returns.
+type Tx struct {
+	f        *File
+	s        *Store
+	now      time.Time
+	changed  bool
+	readOnly bool
+}
+
+// ReserveRequest says what to reserve.
+type ReserveRequest struct {
+	// Key is the CNI attachment. It is the identity of a CNI lease: a
+	// second Reserve with the same Key returns the same lease. Leave it
+	// zero for a DHCP dynamic lease, whose identity is its MAC.
+	Key Key
+	// Source defaults to SourceCNI when Key is set, else SourceDHCP.
+	Source Source
+	// IP asks for a specific address; zero allocates one.
+	IP netip.Addr
+	// MAC is the client's MAC. When empty and MACFor is set, MACFor
+	// derives it from the allocated address (VM NICs get a stable MAC
+	// derived from their IP). Required for DHCP leases.
+	MAC    string
+	MACFor func(netip.Addr) string
+	// Pool limits allocation to a range of the subnet (the DHCP dynamic
+	// range); zero means the whole subnet.
+	Pool Pool
+	// Exclude is a range that allocation skips (the CNI plugin keeps out
+	// of the DHCP dynamic range); zero excludes nothing. A requested IP in
+	// it is still honoured.
+	Exclude  Pool
+	NetNS    string
+	Pod      Pod
+	Hostname string
+	// Expires is zero for a reservation held until released (CNI). A DHCP
+	// offer sets it to the offer's lifetime.
+	Expires time.Time
+}
+
+func (tx *Tx) mustWrite() {
+	if tx.readOnly {
+		panic("leases: change in a read-only transaction")
+	}
+	tx.changed = true
+}
+
+// Reserve holds an address: the requested one, or the next free one after
+// the last allocation. It is idempotent: when the attachment (or, for DHCP
+// leases, the MAC) already holds a lease, that lease is returned unchanged.
+func (tx *Tx) Reserve(req ReserveRequest) (Lease, error) {
+	f := tx.f
+	if req.Source == "" {
+		req.Source = SourceDHCP
+		if req.Key != (Key{}) {
+			req.Source = SourceCNI
+		}
+	}
+	if req.MAC != "" {
+		m, err := NormalizeMAC(req.MAC)
+		if err != nil {
+			return Lease{}, err
+		}
+		req.MAC = m
+	}
+	switch req.Source {
+	case SourceCNI:
+		if req.Key.ContainerID == "" || req.Key.IfName == "" {
+			return Lease{}, fmt.Errorf("a CNI reservation needs a container ID and an interface name, got %q", req.Key)
+		}
+	case SourceDHCP:
+		if req.MAC == "" {
+			return Lease{}, errors.New("a DHCP lease needs a MAC")
+		}
+	default:
+		return Lease{}, fmt.Errorf("unknown lease source %q", req.Source)
+	}
+	if i := tx.indexOfOwner(req); i >= 0 {
+		l := f.Leases[i]
+		if req.IP.IsValid() && req.IP != l.IP {
+			return Lease{}, fmt.Errorf("%w: %s already holds %s, the request asks for %s", ErrConflict, describe(l), l.IP, req.IP)
+		}
+		if req.MAC != "" && l.MAC != "" && req.MAC != l.MAC {
+			return Lease{}, fmt.Errorf("%w: %s already holds %s with MAC %s, the request asks for MAC %s", ErrConflict, describe(l), l.IP, l.MAC, req.MAC)
+		}
+		return l, nil
+	}
+
+	held := make(map[netip.Addr]*Lease, len(f.Leases))
+	for i := range f.Leases {
+		held[f.Leases[i].IP] = &f.Leases[i]
+	}
+	all := poolOf(f.Subnet)
+	ip := req.IP
+	if ip.IsValid() {
+		ip = ip.Unmap()
+		switch {
+		case !f.Subnet.Contains(ip):
+			return Lease{}, fmt.Errorf("requested ip %s is outside subnet %s", ip, f.Subnet)
+		case ip == f.Gateway:
+			return Lease{}, fmt.Errorf("requested ip %s is the gateway of %s", ip, f.Subnet)
+		case !all.contains(ip):
+			return Lease{}, fmt.Errorf("requested ip %s is the network or broadcast address of %s", ip, f.Subnet)
+		case held[ip] != nil:
+			return Lease{}, fmt.Errorf("requested ip %s: %w by %s", ip, ErrInUse, describe(*held[ip]))
+		}
+	} else {
+		pool := all
+		if req.Pool.First.IsValid() {
+			if !all.contains(req.Pool.First) || !all.contains(req.Pool.Last) {
+				return Lease{}, fmt.Errorf("pool %s is not inside subnet %s", req.Pool, f.Subnet)
+			}
+			pool = req.Pool
+		}
+		isHeld := func(a netip.Addr) bool { return held[a] != nil || a == f.Gateway }
+		var ok bool
+		ip, ok = allocate(pool, f.LastReserved, req.Exclude, isHeld, len(held)+1)
+		if !ok {
+			return Lease{}, fmt.Errorf("subnet %s is full (pool %s, %d leases held): %w", f.Subnet, pool, len(held), ErrExhausted)
+		}
+		f.LastReserved = ip
+	}
+
+	mac := req.MAC
+	if mac == "" && req.MACFor != nil {
+		m, err := NormalizeMAC(req.MACFor(ip))
+		if err != nil {
+			return Lease{}, fmt.Errorf("deriving MAC for %s: %w", ip, err)
+		}
+		mac = m
+	}
+	if mac != "" {
+		for _, l := range f.Leases {
+			if l.MAC == mac && l.State != StateDeclined {
+				return Lease{}, fmt.Errorf("MAC %s: %w by %s (ip %s)", mac, ErrInUse, describe(l), l.IP)
+			}
+		}
+	}
+	l := Lease{
+		MAC:         mac,
+		IP:          ip,
+		State:       StateReserved,
+		Source:      req.Source,
+		ContainerID: req.Key.ContainerID,
+		IfName:      req.Key.IfName,
+		NetNS:       req.NetNS,
+		Pod:         req.Pod,
+		Hostname:    req.Hostname,
+		Created:     tx.now,
+		Expires:     normTime(req.Expires),
+	}
+	tx.mustWrite()
+	f.Leases = append(f.Leases, l)
+	return l, nil
+}
+
+// indexOfOwner finds the lease the request already owns, or -1.
+func (tx *Tx) indexOfOwner(req ReserveRequest) int {
+	for i, l := range tx.f.Leases {
+		switch req.Source {
+		case SourceCNI:
+			if l.Source == SourceCNI && l.Key() == req.Key {
+				return i
+			}
+		case SourceDHCP:
+			if l.Source == SourceDHCP && l.MAC == req.MAC && l.State != StateDeclined {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+// describe names a lease's holder for error messages.
+func describe(l Lease) string {
+	switch {
+	case l.State == StateDeclined:
+		return "a quarantined (declined) address"
+	case l.Pod.Name != "":
+		return fmt.Sprintf("pod %s/%s (attachment %s)", l.Pod.Namespace, l.Pod.Name, l.Key())
+	case l.Source == SourceCNI:
+		return "attachment " + l.Key().String()
+	default:
+		return "DHCP client " + l.MAC
+	}
+}
+
+// Get returns the lease of a CNI attachment.
+func (tx *Tx) Get(key Key) (Lease, bool) {
+	for _, l := range tx.f.Leases {
+		if l.Source == SourceCNI && l.Key() == key {
+			return l, true
+		}
+	}
+	return Lease{}, false
+}
+
+// ByMAC returns the live (not declined) lease of a MAC.
+func (tx *Tx) ByMAC(mac string) (Lease, bool) {
+	mac, err := NormalizeMAC(mac)
+	if err != nil {
+		return Lease{}, false
+	}
+	for _, l := range tx.f.Leases {
+		if l.MAC == mac && l.State != StateDeclined {
+			return l, true
+		}
+	}
+	return Lease{}, false
+}
+
+// ByIP returns the lease of an address, declined ones included.
+func (tx *Tx) ByIP(ip netip.Addr) (Lease, bool) {
+	if i := tx.indexOfIP(ip); i >= 0 {
+		return tx.f.Leases[i], true
+	}
+	return Lease{}, false
+}
+
+func (tx *Tx) indexOfIP(ip netip.Addr) int {
+	ip = ip.Unmap()
+	for i, l := range tx.f.Leases {
+		if l.IP == ip {
+			return i
+		}
+	}
+	return -1
+}
+
+// Leases returns a copy of every lease, sorted by IP.
+func (tx *Tx) Leases() []Lease {
+	tx.f.sort()
+	return slices.Clone(tx.f.Leases)
+}
+
+// Release frees the lease of a CNI attachment. Releasing what is not held is
+// not an error (CNI DEL must succeed when there is nothing left to delete).
+func (tx *Tx) Release(key Key) (Lease, bool) {
+	for i, l := range tx.f.Leases {
+		if l.Source == SourceCNI && l.Key() == key {
+			tx.mustWrite()
+			tx.f.Leases = slices.Delete(tx.f.Leases, i, i+1)
+			return l, true
+		}
+	}
+	return Lease{}, false
+}
+
+// ReleaseMAC handles a DHCP client giving up its address (DHCPRELEASE): a
+// DHCP lease is removed; a CNI reservation stays held for its pod and goes
+// back to reserved.
+func (tx *Tx) ReleaseMAC(mac string) (Lease, bool) {
+	mac, err := NormalizeMAC(mac)
+	if err != nil {
+		return Lease{}, false
+	}
+	for i, l := range tx.f.Leases {
+		if l.MAC != mac || l.State == StateDeclined {
+			continue
+		}
+		tx.mustWrite()
+		if l.Source == SourceDHCP {
+			tx.f.Leases = slices.Delete(tx.f.Leases, i, i+1)
+			return l, true
+		}
+		tx.f.Leases[i].State, tx.f.Leases[i].Expires = StateReserved, time.Time{}
+		return tx.f.Leases[i], true
+	}
+	return Lease{}, false
+}
+
+// Bind records that the DHCP server ACKed ip to mac until expires. The
+// address must be held (reserved by CNI or offered) for that MAC; a lease
+// without a MAC takes this one.
+func (tx *Tx) Bind(mac string, ip netip.Addr, expires time.Time, hostname string) (Lease, error) {
+	mac, err := NormalizeMAC(mac)
+	if err != nil {
+		return Lease{}, err
+	}
+	i := tx.indexOfIP(ip)
+	if i < 0 {
+		return Lease{}, fmt.Errorf("binding %s to %s: %w", ip, mac, ErrNotFound)
+	}
+	l := &tx.f.Leases[i]
+	if l.State == StateDeclined {
+		return Lease{}, fmt.Errorf("binding %s to %s: %w: the address is quarantined until %s", ip, mac, ErrConflict, l.Expires.Format(time.RFC3339))
+	}
+	if l.MAC != "" && l.MAC != mac {
+		return Lease{}, fmt.Errorf("binding %s to %s: %w: it is held for MAC %s", ip, mac, ErrConflict, l.MAC)
+	}
+	expires = normTime(expires)
+	if l.MAC != mac || l.State != StateBound || !l.Expires.Equal(expires) || (hostname != "" && l.Hostname != hostname) {
+		tx.mustWrite()
+		l.MAC, l.State, l.Expires = mac, StateBound, expires
+		if hostname != "" {
+			l.Hostname = hostname
+		}
+	}
+	return *l, nil
+}
+
+// Decline quarantines ip until until, because a client found it in use by
+// someone else (DHCPDECLINE, RFC 2131 §4.3.3). A CNI reservation keeps its
+// attachment, so DEL still releases it; an address that no lease held gets
+// a quarantine lease of its own.
+func (tx *Tx) Decline(ip netip.Addr, mac string, until time.Time) (Lease, error) {
+	if mac != "" {
+		m, err := NormalizeMAC(mac)
+		if err != nil {
+			return Lease{}, err
+		}
+		mac = m
+	}
+	ip = ip.Unmap()
+	if !poolOf(tx.f.Subnet).contains(ip) || ip == tx.f.Gateway {
+		return Lease{}, fmt.Errorf("declined ip %s is not a usable address of %s", ip, tx.f.Subnet)
+	}
+	until = normTime(until)
+	tx.mustWrite()
+	if i := tx.indexOfIP(ip); i >= 0 {
+		l := &tx.f.Leases[i]
+		if mac != "" && l.MAC != "" && l.MAC != mac {
+			return Lease{}, fmt.Errorf("decline of %s from %s: %w: it is held for MAC %s", ip, mac, ErrConflict, l.MAC)
+		}
+		l.State, l.Expires = StateDeclined, until
+		return *l, nil
+	}
+	l := Lease{MAC: mac, IP: ip, State: StateDeclined, Source: SourceDHCP, Created: tx.now, Expires: until}
+	tx.f.Leases = append(tx.f.Leases, l)
+	return l, nil
+}
+
+// GC releases every CNI lease whose attachment is not in valid (CNI GC,
+// cni.dev/valid-attachments). DHCP leases are left to expiry.
+func (tx *Tx) GC(valid []Key) []Lease {
+	keep := make(map[Key]bool, len(valid))
+	for _, k := range valid {
+		keep[k] = true
+	}
+	var released []Lease
+	tx.f.Leases = slices.DeleteFunc(tx.f.Leases, func(l Lease) bool {
+		if l.Source == SourceCNI && !keep[l.Key()] {
+			released = append(released, l)
+			return true
+		}
+		return false
+	})
+	if len(released) > 0 {
+		tx.mustWrite()
+	}
+	return released
+}
+
+// Expire applies the passage of time: an expired DHCP lease, offer or
+// quarantine frees its address; an expired binding or quarantine of a CNI
+// reservation goes back to reserved, because the pod still owns the
+// address. It returns the leases it changed or removed, as they were.
+func (tx *Tx) Expire() []Lease {
+	var changed []Lease
+	tx.f.Leases = slices.DeleteFunc(tx.f.Leases, func(l Lease) bool {
+		if !l.Expired(tx.now) {
+			return false
+		}
+		changed = append(changed, l)
+		return l.Source != SourceCNI
+	})
+	for i := range tx.f.Leases {
+		if l := &tx.f.Leases[i]; l.Expired(tx.now) {
+			l.State, l.Expires = StateReserved, time.Time{}
+		}
+	}
+	if len(changed) > 0 {
+		tx.mustWrite()
+	}
+	return changed
+}

@@ -1,0 +1,59 @@
+package leases
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"time"
+)
+
+// pollInterval is how often Wait re-reads the file where it has no change
+// notification, and, as a safety net, where it has one.
+var pollInterval = 200 * time.Millisecond
+
+// Wait returns the bound, unexpired lease of mac as soon as one appears in
+// the lease file at path (a VM runtime calls it after starting a VM, to learn
+// the address the VM got by DHCP). On Linux it wakes on inotify events for
+// the lease folder; elsewhere it polls. The file need not exist yet. It
+// returns ctx's error, joined with the last read error if any, when ctx ends
+// first.
+func Wait(ctx context.Context, path, mac string) (Lease, error) {
+	mac, err := NormalizeMAC(mac)
+	if err != nil {
+		return Lease{}, err
+	}
+	changed, stop, err := watchFile(path)
+	if err != nil {
+		return Lease{}, fmt.Errorf("watching %s: %w", filepath.Dir(path), err)
+	}
+	defer stop()
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	var lastErr error
+	for {
+		// The watch is in place before the first read, so a write that
+		// lands between the two is not missed.
+		s, err := Read(path)
+		switch {
+		case err == nil:
+			lastErr = nil
+			if l, ok := s.ByMAC(mac); ok && l.State == StateBound {
+				return l, nil
+			}
+		case errors.Is(err, fs.ErrNotExist):
+			lastErr = nil
+		default:
+			// bootpd rewrites its file in place, so a read can catch
+			// it half-written; try again on the next change.
+			lastErr = err
+		}
+		select {
+		case <-ctx.Done():
+			return Lease{}, errors.Join(fmt.Errorf("waiting for a bound lease of %s in %s: %w", mac, path, ctx.Err()), lastErr)
+		case <-changed:
+		case <-tick.C:
+		}
+	}
+}
