@@ -2,7 +2,6 @@ package leases
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -129,21 +128,15 @@ func NormalizeMAC(mac string) (string, error) {
 // that a newer writer's additions do not break older readers; an unknown
 // version is an error.
 func Decode(data []byte) (*File, error) {
-	var probe struct {
-		Version *int `json:"version"`
-	}
-	if err := json.Unmarshal(data, &probe); err != nil {
-		return nil, fmt.Errorf("not a lease file: %w", err)
-	}
-	if probe.Version == nil {
-		return nil, errors.New("not a lease file: no \"version\" field")
-	}
-	if *probe.Version != Version {
-		return nil, fmt.Errorf("unsupported lease file version %d (this build reads version %d)", *probe.Version, Version)
-	}
-	f := new(File)
-	if err := json.Unmarshal(data, f); err != nil {
-		return nil, fmt.Errorf("parsing lease file: %w", err)
+	// decodeOwned keeps slices of its input; a caller may reuse data.
+	return decodeOwned(bytes.Clone(data))
+}
+
+// decodeOwned is Decode for a buffer nobody writes to afterwards.
+func decodeOwned(data []byte) (*File, error) {
+	f, err := decodeFile(data)
+	if err != nil {
+		return nil, err
 	}
 	if err := f.validate(); err != nil {
 		return nil, err
@@ -163,7 +156,11 @@ func (f *File) validate() error {
 	if f.Gateway.IsValid() && !f.Subnet.Contains(f.Gateway) {
 		return fmt.Errorf("lease file gateway %s is outside subnet %s", f.Gateway, f.Subnet)
 	}
-	seen := make(map[netip.Addr]bool, len(f.Leases))
+	// The format keeps leases sorted by IP; sort a hand-edited file rather
+	// than reject it, then duplicates are neighbours.
+	if !slices.IsSortedFunc(f.Leases, func(a, b Lease) int { return a.IP.Compare(b.IP) }) {
+		f.sort()
+	}
 	for i, l := range f.Leases {
 		if !l.IP.IsValid() {
 			return fmt.Errorf("lease %d has no valid \"ip\"", i)
@@ -171,14 +168,11 @@ func (f *File) validate() error {
 		if !f.Subnet.Contains(l.IP) {
 			return fmt.Errorf("lease %d: ip %s is outside subnet %s", i, l.IP, f.Subnet)
 		}
-		if seen[l.IP] {
+		if i > 0 && f.Leases[i-1].IP == l.IP {
 			return fmt.Errorf("lease %d: ip %s is held twice", i, l.IP)
 		}
-		seen[l.IP] = true
-		if l.MAC != "" {
-			if m, err := NormalizeMAC(l.MAC); err != nil || m != l.MAC {
-				return fmt.Errorf("lease %d: mac %q is not lowercase colon-separated", i, l.MAC)
-			}
+		if l.MAC != "" && !canonicalMAC(l.MAC) {
+			return fmt.Errorf("lease %d: mac %q is not lowercase colon-separated", i, l.MAC)
 		}
 		switch l.State {
 		case StateReserved, StateBound, StateDeclined:
@@ -194,38 +188,24 @@ func (f *File) validate() error {
 	return nil
 }
 
-// Encode renders f in the file's canonical form: leases sorted by IP, one
-// lease per line so that a diff of two versions is readable.
-func (f *File) Encode() ([]byte, error) {
-	f.sort()
-	var b bytes.Buffer
-	b.Grow(256 + 320*len(f.Leases))
-	hdr := *f
-	hdr.Leases = nil
-	head, err := json.Marshal(&hdr)
-	if err != nil {
-		return nil, err
+// canonicalMAC reports whether mac is already in NormalizeMAC's form.
+func canonicalMAC(mac string) bool {
+	if len(mac) != 17 {
+		return false
 	}
-	// head ends in `"leases":null}`; splice the leases in one per line.
-	head = bytes.TrimSuffix(head, []byte(`"leases":null}`))
-	b.Write(head)
-	b.WriteString(`"leases":[`)
-	for i := range f.Leases {
-		if i > 0 {
-			b.WriteByte(',')
+	for i := 0; i < 17; i++ {
+		c := mac[i]
+		switch {
+		case i%3 == 2:
+			if c != ':' {
+				return false
+			}
+		case c >= '0' && c <= '9', c >= 'a' && c <= 'f':
+		default:
+			return false
 		}
-		b.WriteString("\n  ")
-		line, err := json.Marshal(&f.Leases[i])
-		if err != nil {
-			return nil, err
-		}
-		b.Write(line)
 	}
-	if len(f.Leases) > 0 {
-		b.WriteByte('\n')
-	}
-	b.WriteString("]}\n")
-	return b.Bytes(), nil
+	return true
 }
 
 func (f *File) sort() {

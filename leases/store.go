@@ -158,7 +158,7 @@ func (s *Store) loadLocked() (*File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading lease file %s: %w", s.path, err)
 	}
-	f, err := Decode(data)
+	f, err := decodeOwned(data)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v (the store will not write over it; move it aside to start afresh)", ErrCorrupt, s.path, err)
 	}

@@ -1,0 +1,481 @@
+package leases
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+	"unsafe"
+)
+
+// The lease file is read on every store operation and by every runtime
+// lookup, so it has its own codec: encoding/json's reflection costs about
+// 7 µs a lease, which on a 4,096-lease file is 28 ms a read. This decoder
+// copies the input once into a string and slices every unescaped string
+// field out of it, so a lease costs no allocation; rare escaped or non-ASCII
+// strings fall back to encoding/json for exactly its semantics. It accepts
+// exactly the documents encoding/json would decode into File (FuzzDecode
+// checks the two agree).
+
+type decoder struct {
+	s   string
+	pos int
+}
+
+func (d *decoder) errorf(format string, args ...any) error {
+	return fmt.Errorf("offset %d: %s", d.pos, fmt.Sprintf(format, args...))
+}
+
+func (d *decoder) ws() {
+	for d.pos < len(d.s) {
+		switch d.s[d.pos] {
+		case ' ', '\t', '\n', '\r':
+			d.pos++
+		default:
+			return
+		}
+	}
+}
+
+// peek returns the next non-space byte, or 0 at the end.
+func (d *decoder) peek() byte {
+	d.ws()
+	if d.pos >= len(d.s) {
+		return 0
+	}
+	return d.s[d.pos]
+}
+
+func (d *decoder) expect(c byte) error {
+	if d.peek() != c {
+		if d.pos >= len(d.s) {
+			return d.errorf("unexpected end of input, want %q", c)
+		}
+		return d.errorf("want %q, got %q", c, d.s[d.pos])
+	}
+	d.pos++
+	return nil
+}
+
+// plain marks the bytes a string can hold without unescaping: printable
+// ASCII but the quote and the backslash.
+var plain = func() (t [256]bool) {
+	for c := 0x20; c < 0x7f; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// str reads a JSON string. Lease file strings are short (a MAC, an IP, a
+// name), so one pass with a table beats IndexByte plus a second check.
+func (d *decoder) str() (string, error) {
+	if err := d.expect('"'); err != nil {
+		return "", err
+	}
+	start := d.pos
+	i := start
+	for i < len(d.s) && plain[d.s[i]] {
+		i++
+	}
+	if i < len(d.s) && d.s[i] == '"' {
+		d.pos = i + 1
+		return d.s[start:i], nil
+	}
+	// Escapes, control or non-ASCII bytes: find the real end, skipping
+	// escaped quotes, and let encoding/json apply its rules.
+	for {
+		if i >= len(d.s) {
+			return "", d.errorf("unterminated string")
+		}
+		c := d.s[i]
+		if c == '\\' {
+			i += 2
+			continue
+		}
+		if c == '"' {
+			break
+		}
+		i++
+	}
+	var out string
+	if err := json.Unmarshal([]byte(d.s[start-1:i+1]), &out); err != nil {
+		return "", d.errorf("bad string: %v", err)
+	}
+	d.pos = i + 1
+	return out, nil
+}
+
+// literal consumes null, true or false.
+func (d *decoder) literal() (string, bool) {
+	for _, lit := range [...]string{"null", "true", "false"} {
+		if strings.HasPrefix(d.s[d.pos:], lit) {
+			d.pos += len(lit)
+			return lit, true
+		}
+	}
+	return "", false
+}
+
+// null consumes a null if one is next: encoding/json leaves a field as it was
+// when its value is null.
+func (d *decoder) null() bool {
+	if d.peek() == 'n' && strings.HasPrefix(d.s[d.pos:], "null") {
+		d.pos += 4
+		return true
+	}
+	return false
+}
+
+func (d *decoder) number() (string, error) {
+	start := d.pos
+	if d.pos < len(d.s) && d.s[d.pos] == '-' {
+		d.pos++
+	}
+	digits := func() int {
+		n := 0
+		for d.pos < len(d.s) && d.s[d.pos] >= '0' && d.s[d.pos] <= '9' {
+			d.pos++
+			n++
+		}
+		return n
+	}
+	intStart := d.pos
+	if n := digits(); n == 0 || (n > 1 && d.s[intStart] == '0') {
+		return "", d.errorf("bad number")
+	}
+	if d.pos < len(d.s) && d.s[d.pos] == '.' {
+		d.pos++
+		if digits() == 0 {
+			return "", d.errorf("bad number")
+		}
+	}
+	if d.pos < len(d.s) && (d.s[d.pos] == 'e' || d.s[d.pos] == 'E') {
+		d.pos++
+		if d.pos < len(d.s) && (d.s[d.pos] == '+' || d.s[d.pos] == '-') {
+			d.pos++
+		}
+		if digits() == 0 {
+			return "", d.errorf("bad number")
+		}
+	}
+	return d.s[start:d.pos], nil
+}
+
+// skip consumes any JSON value (a field this version does not know).
+func (d *decoder) skip(depth int) error {
+	if depth > 64 {
+		return d.errorf("nesting too deep")
+	}
+	switch c := d.peek(); {
+	case c == '"':
+		_, err := d.str()
+		return err
+	case c == '{':
+		return d.object(func(string) error { return d.skip(depth + 1) })
+	case c == '[':
+		return d.array(func() error { return d.skip(depth + 1) })
+	case c == '-' || c >= '0' && c <= '9':
+		_, err := d.number()
+		return err
+	default:
+		if _, ok := d.literal(); !ok {
+			return d.errorf("unexpected %q", c)
+		}
+		return nil
+	}
+}
+
+// object walks an object, calling field for each key with the decoder
+// positioned at the value.
+func (d *decoder) object(field func(key string) error) error {
+	if err := d.expect('{'); err != nil {
+		return err
+	}
+	if d.peek() == '}' {
+		d.pos++
+		return nil
+	}
+	for {
+		key, err := d.str()
+		if err != nil {
+			return err
+		}
+		if err := d.expect(':'); err != nil {
+			return err
+		}
+		if err := field(key); err != nil {
+			return err
+		}
+		switch d.peek() {
+		case ',':
+			d.pos++
+		case '}':
+			d.pos++
+			return nil
+		default:
+			return d.errorf("want ',' or '}' in object")
+		}
+	}
+}
+
+func (d *decoder) array(elem func() error) error {
+	if err := d.expect('['); err != nil {
+		return err
+	}
+	if d.peek() == ']' {
+		d.pos++
+		return nil
+	}
+	for {
+		if err := elem(); err != nil {
+			return err
+		}
+		switch d.peek() {
+		case ',':
+			d.pos++
+		case ']':
+			d.pos++
+			return nil
+		default:
+			return d.errorf("want ',' or ']' in array")
+		}
+	}
+}
+
+// fold maps a key to the field name it matches the way encoding/json
+// matches them: exactly or, failing that, case-insensitively. The exact
+// match is the common case and costs one switch.
+func fold(key string, names ...string) string {
+	for _, n := range names {
+		if key == n {
+			return n
+		}
+	}
+	for _, n := range names {
+		if strings.EqualFold(key, n) {
+			return n
+		}
+	}
+	return key
+}
+
+var (
+	fileKeys  = []string{"version", "node", "subnet", "gateway", "lastReserved", "leases"}
+	leaseKeys = []string{"mac", "ip", "state", "source", "containerID", "ifname", "netns", "pod", "hostname", "created", "expires"}
+	podKeys   = []string{"namespace", "name", "uid"}
+)
+
+func (d *decoder) strField(dst *string, name string) error {
+	if d.null() {
+		return nil
+	}
+	v, err := d.str()
+	if err != nil {
+		return fmt.Errorf("%q: %w", name, err)
+	}
+	*dst = v
+	return nil
+}
+
+func (d *decoder) addrField(dst *netip.Addr, name string) error {
+	if d.null() {
+		return nil
+	}
+	v, err := d.str()
+	if err != nil {
+		return fmt.Errorf("%q: %w", name, err)
+	}
+	if v == "" {
+		*dst = netip.Addr{}
+		return nil
+	}
+	a, err := netip.ParseAddr(v)
+	if err != nil {
+		return fmt.Errorf("%q: %w", name, err)
+	}
+	*dst = a
+	return nil
+}
+
+func (d *decoder) timeField(dst *time.Time, name string) error {
+	if d.null() {
+		return nil
+	}
+	start := d.pos
+	v, err := d.str()
+	if err != nil {
+		return fmt.Errorf("%q: %w", name, err)
+	}
+	if t, ok := parseUTCSeconds(v); ok && d.pos-start == len(v)+2 {
+		*dst = t
+		return nil
+	}
+	// encoding/json hands time.Time's UnmarshalJSON the raw token, escapes
+	// and all, and it is strict RFC 3339: do exactly the same.
+	if err := dst.UnmarshalJSON([]byte(d.s[start:d.pos])); err != nil {
+		return fmt.Errorf("%q: %w", name, err)
+	}
+	return nil
+}
+
+// parseUTCSeconds parses the one form the store writes,
+// "2006-01-02T15:04:05Z", without the general RFC 3339 parser. Anything else
+// (or an out-of-range field) returns false for the general path.
+func parseUTCSeconds(s string) (time.Time, bool) {
+	if len(s) != 20 || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':' || s[19] != 'Z' {
+		return time.Time{}, false
+	}
+	num := func(i, n int) int {
+		v := 0
+		for _, c := range []byte(s[i : i+n]) {
+			if c < '0' || c > '9' {
+				return -1
+			}
+			v = v*10 + int(c-'0')
+		}
+		return v
+	}
+	y, mo, dd, h, mi, sec := num(0, 4), num(5, 2), num(8, 2), num(11, 2), num(14, 2), num(17, 2)
+	if y < 0 || mo < 1 || mo > 12 || dd < 1 || dd > 31 || h < 0 || h > 23 || mi < 0 || mi > 59 || sec < 0 || sec > 59 {
+		return time.Time{}, false
+	}
+	t := time.Date(y, time.Month(mo), dd, h, mi, sec, 0, time.UTC)
+	if t.Day() != dd { // Feb 30 and the like: let the strict parser reject it
+		return time.Time{}, false
+	}
+	return t, true
+}
+
+func (d *decoder) lease(l *Lease) error {
+	return d.object(func(key string) error {
+		switch fold(key, leaseKeys...) {
+		case "mac":
+			return d.strField(&l.MAC, "mac")
+		case "ip":
+			return d.addrField(&l.IP, "ip")
+		case "state":
+			return d.strField((*string)(&l.State), "state")
+		case "source":
+			return d.strField((*string)(&l.Source), "source")
+		case "containerID":
+			return d.strField(&l.ContainerID, "containerID")
+		case "ifname":
+			return d.strField(&l.IfName, "ifname")
+		case "netns":
+			return d.strField(&l.NetNS, "netns")
+		case "hostname":
+			return d.strField(&l.Hostname, "hostname")
+		case "created":
+			return d.timeField(&l.Created, "created")
+		case "expires":
+			return d.timeField(&l.Expires, "expires")
+		case "pod":
+			if d.null() {
+				return nil
+			}
+			return d.object(func(key string) error {
+				switch fold(key, podKeys...) {
+				case "namespace":
+					return d.strField(&l.Pod.Namespace, "namespace")
+				case "name":
+					return d.strField(&l.Pod.Name, "name")
+				case "uid":
+					return d.strField(&l.Pod.UID, "uid")
+				}
+				return d.skip(0)
+			})
+		}
+		return d.skip(0)
+	})
+}
+
+// decodeFile parses data into a File without validating it.
+func decodeFile(data []byte) (*File, error) {
+	// Every unescaped string field is a slice of this one string, which
+	// aliases data: callers pass a buffer nobody writes to afterwards
+	// (decodeOwned), as unsafe.String requires.
+	d := &decoder{s: unsafe.String(unsafe.SliceData(data), len(data))}
+	f := new(File)
+	sawVersion := false
+	if d.peek() != '{' {
+		return nil, errors.New("not a lease file: not a JSON object")
+	}
+	err := d.object(func(key string) error {
+		switch fold(key, fileKeys...) {
+		case "version":
+			if d.null() {
+				return nil
+			}
+			if c := d.peek(); c != '-' && (c < '0' || c > '9') {
+				return d.errorf("\"version\" is not a number")
+			}
+			n, err := d.number()
+			if err != nil {
+				return err
+			}
+			sawVersion = true
+			if n != "1" {
+				return fmt.Errorf("unsupported lease file version %s (this build reads version %d)", n, Version)
+			}
+			f.Version = 1
+			return nil
+		case "node":
+			return d.strField(&f.Node, "node")
+		case "subnet":
+			if d.null() {
+				return nil
+			}
+			v, err := d.str()
+			if err != nil {
+				return fmt.Errorf("\"subnet\": %w", err)
+			}
+			if v == "" {
+				f.Subnet = netip.Prefix{}
+				return nil
+			}
+			p, err := netip.ParsePrefix(v)
+			if err != nil {
+				return fmt.Errorf("\"subnet\": %w", err)
+			}
+			f.Subnet = p
+			return nil
+		case "gateway":
+			return d.addrField(&f.Gateway, "gateway")
+		case "lastReserved":
+			return d.addrField(&f.LastReserved, "lastReserved")
+		case "leases":
+			if d.null() {
+				f.Leases = nil
+				return nil
+			}
+			f.Leases = f.Leases[:0]
+			if f.Leases == nil {
+				// About 300 bytes a lease: one allocation for the slice.
+				f.Leases = make([]Lease, 0, len(d.s)/300+1)
+			}
+			return d.array(func() error {
+				f.Leases = append(f.Leases, Lease{})
+				if d.null() {
+					return nil
+				}
+				if err := d.lease(&f.Leases[len(f.Leases)-1]); err != nil {
+					return fmt.Errorf("lease %d: %w", len(f.Leases)-1, err)
+				}
+				return nil
+			})
+		}
+		return d.skip(0)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("parsing lease file: %w", err)
+	}
+	if d.peek() != 0 {
+		return nil, fmt.Errorf("parsing lease file: %w", d.errorf("data after the top-level object"))
+	}
+	if !sawVersion {
+		return nil, errors.New("not a lease file: no \"version\" field")
+	}
+	return f, nil
+}
