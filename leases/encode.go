@@ -88,8 +88,10 @@ func appendLease(b []byte, l *Lease) []byte {
 		b = appendField(b, false, "hostname")
 		b = appendString(b, l.Hostname)
 	}
-	b = appendField(b, false, "created")
-	b = appendTime(b, l.Created)
+	if !l.Created.IsZero() {
+		b = appendField(b, false, "created")
+		b = appendTime(b, l.Created)
+	}
 	if !l.Expires.IsZero() {
 		b = appendField(b, false, "expires")
 		b = appendTime(b, l.Expires)

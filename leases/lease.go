@@ -15,6 +15,9 @@ import (
 // Version is the lease file format version this package reads and writes.
 const Version = 1
 
+// DefaultPath is where vmlane keeps a node's lease file.
+const DefaultPath = "/var/lib/vmlane/leases.json"
+
 // State is where a lease is in its life.
 type State string
 
@@ -68,7 +71,8 @@ type Lease struct {
 	NetNS       string     `json:"netns,omitempty"`
 	Pod         Pod        `json:"pod,omitzero"`
 	Hostname    string     `json:"hostname,omitempty"`
-	Created     time.Time  `json:"created"`
+	// Created is zero only for leases read from bootpd's file.
+	Created time.Time `json:"created,omitzero"`
 	// Expires is zero for a CNI reservation that no DHCP client has bound:
 	// such a reservation lasts until it is released.
 	Expires time.Time `json:"expires,omitzero"`

@@ -26,7 +26,7 @@ type Snapshot struct {
 func Read(path string) (*Snapshot, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("lease file %s: %w", path, err)
 	}
 	s, err := parse(data)
 	if err != nil {
@@ -63,6 +63,14 @@ func isBootpd(data []byte) bool {
 // NewSnapshot wraps f for lookups.
 func NewSnapshot(f File) *Snapshot {
 	return &Snapshot{File: f, now: time.Now()}
+}
+
+// At returns a copy of the snapshot that judges expiry at now instead of at
+// the time it was read.
+func (s *Snapshot) At(now time.Time) *Snapshot {
+	c := *s
+	c.now = now
+	return &c
 }
 
 // Leases returns every lease in the snapshot.

@@ -385,3 +385,57 @@ func (tx *Tx) Expire() []Lease {
 	}
 	return changed
 }
+
+// Free counts the addresses a Reserve over the whole subnet could still
+// hand out, not counting those in exclude. For subnets too large to exhaust
+// (IPv6) it stops at 1<<20.
+func (tx *Tx) Free(exclude Pool) int {
+	const enough = 1 << 20
+	pool := poolOf(tx.f.Subnet)
+	size := rangeSize(pool.First, pool.Last)
+	if exclude.First.IsValid() {
+		lo, hi := exclude.First, exclude.Last
+		if lo.Less(pool.First) {
+			lo = pool.First
+		}
+		if pool.Last.Less(hi) {
+			hi = pool.Last
+		}
+		if !hi.Less(lo) {
+			size -= rangeSize(lo, hi)
+		}
+	}
+	if size >= enough {
+		return enough
+	}
+	free := int(size)
+	for _, l := range tx.f.Leases {
+		if !exclude.First.IsValid() || !exclude.contains(l.IP) {
+			free--
+		}
+	}
+	if pool.contains(tx.f.Gateway) && (!exclude.First.IsValid() || !exclude.contains(tx.f.Gateway)) {
+		free--
+	}
+	return max(free, 0)
+}
+
+// rangeSize is last-first+1, saturating at 1<<32 (enough for any count the
+// caller compares it with).
+func rangeSize(first, last netip.Addr) uint64 {
+	if first.Is4() {
+		a, b := first.As4(), last.As4()
+		x := uint64(a[0])<<24 | uint64(a[1])<<16 | uint64(a[2])<<8 | uint64(a[3])
+		y := uint64(b[0])<<24 | uint64(b[1])<<16 | uint64(b[2])<<8 | uint64(b[3])
+		return y - x + 1
+	}
+	a, b := first.As16(), last.As16()
+	for i := 0; i < 12; i++ {
+		if a[i] != b[i] {
+			return 1 << 32
+		}
+	}
+	x := uint64(a[12])<<24 | uint64(a[13])<<16 | uint64(a[14])<<8 | uint64(a[15])
+	y := uint64(b[12])<<24 | uint64(b[13])<<16 | uint64(b[14])<<8 | uint64(b[15])
+	return y - x + 1
+}

@@ -24,13 +24,23 @@ func Wait(ctx context.Context, path, mac string) (Lease, error) {
 	if err != nil {
 		return Lease{}, err
 	}
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	// On a node where vmlaned has not started yet the folder may not
+	// exist either: poll until it does, then watch it.
 	changed, stop, err := watchFile(path)
+	for errors.Is(err, fs.ErrNotExist) {
+		select {
+		case <-ctx.Done():
+			return Lease{}, fmt.Errorf("waiting for a bound lease of %s in %s: %w (folder %s does not exist)", mac, path, ctx.Err(), filepath.Dir(path))
+		case <-tick.C:
+		}
+		changed, stop, err = watchFile(path)
+	}
 	if err != nil {
 		return Lease{}, fmt.Errorf("watching %s: %w", filepath.Dir(path), err)
 	}
 	defer stop()
-	tick := time.NewTicker(pollInterval)
-	defer tick.Stop()
 	var lastErr error
 	for {
 		// The watch is in place before the first read, so a write that

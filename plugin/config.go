@@ -1,0 +1,288 @@
+package plugin
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/vmlane/vmlane/leases"
+)
+
+// Defaults of the network config.
+const (
+	DefaultBridge    = "vmlane0"
+	DefaultLeaseFile = "/var/lib/vmlane/leases.json"
+	DefaultTapName   = "tap0"
+	// DefaultLeaseTime is the DHCP lease a VM gets when the config says
+	// nothing; the DHCP server in vmlaned uses the same default.
+	DefaultLeaseTime = time.Hour
+	minMTU           = 576 // RFC 791: every IPv4 host must take 576-byte datagrams
+	maxMTU           = 65535
+)
+
+// DNS is the config's DNS section, as the CNI result carries it.
+type DNS struct {
+	Nameservers []string `json:"nameservers,omitempty"`
+	Search      []string `json:"search,omitempty"`
+	Domain      string   `json:"domain,omitempty"`
+}
+
+// NetConf is the vmlane network config (one entry of a conflist).
+type NetConf struct {
+	types.PluginConf
+	Bridge    string `json:"bridge,omitempty"`
+	Subnet    string `json:"subnet"`
+	Gateway   string `json:"gateway,omitempty"`
+	MTU       int    `json:"mtu,omitempty"`
+	LeaseFile string `json:"leaseFile,omitempty"`
+	VM        bool   `json:"vm,omitempty"`
+	TapName   string `json:"tapName,omitempty"`
+	// TapMultiQueue creates the TAP with IFF_MULTI_QUEUE, for runtimes
+	// that open one queue per vCPU. Off by default: a runtime that opens a
+	// multi-queue TAP without the flag gets EINVAL.
+	TapMultiQueue bool `json:"tapMultiQueue,omitempty"`
+	DNS           DNS  `json:"dns,omitzero"`
+	// LeaseTime is the DHCP lease time vmlaned hands VMs of this network,
+	// as a Go duration ("1h") or seconds.
+	LeaseTime json.RawMessage `json:"leaseTime,omitempty"`
+	// ExcludeRange keeps CNI allocation out of vmlaned's DHCP dynamic
+	// range ("FIRST-LAST"); vmlaned writes it into the conflist.
+	ExcludeRange string `json:"excludeRange,omitempty"`
+	// LogFile receives the plugin's log; empty means stderr. Never stdout,
+	// which carries the result.
+	LogFile  string `json:"logFile,omitempty"`
+	LogLevel string `json:"logLevel,omitempty"`
+
+	RuntimeConfig RuntimeConfig `json:"runtimeConfig,omitzero"`
+	// ValidAttachments is what the runtime still uses, given to GC.
+	ValidAttachments []Attachment `json:"cni.dev/valid-attachments,omitempty"`
+}
+
+// RuntimeConfig holds the capability arguments vmlane honours.
+type RuntimeConfig struct {
+	MAC string   `json:"mac,omitempty"`
+	IPs []string `json:"ips,omitempty"`
+}
+
+// Attachment is an entry of cni.dev/valid-attachments.
+type Attachment struct {
+	ContainerID string `json:"containerID"`
+	IfName      string `json:"ifname"`
+}
+
+// Config is a NetConf checked and with its defaults applied.
+type Config struct {
+	NetConf
+	SubnetPrefix netip.Prefix
+	GatewayAddr  netip.Addr
+	Exclude      leases.Pool
+	Lease        time.Duration
+	// MAC and IP are the runtime's requests (zero when none).
+	MAC string
+	IP  netip.Addr
+}
+
+// configError is a bad config field: CNI code 7 naming field and value.
+func configError(field string, value any, why string) *types.Error {
+	return types.NewError(types.ErrInvalidNetworkConfig,
+		fmt.Sprintf("invalid %s %v: %s", field, quote(value), why), "")
+}
+
+func quote(v any) string {
+	if s, ok := v.(string); ok {
+		return strconv.Quote(s)
+	}
+	return fmt.Sprint(v)
+}
+
+// ParseConfig decodes and validates a network config. defaultMTU is called
+// only when the config sets no MTU (it looks at the host's default route).
+func ParseConfig(stdin []byte, defaultMTU func() int) (*Config, error) {
+	var n NetConf
+	if err := json.Unmarshal(stdin, &n); err != nil {
+		return nil, types.NewError(types.ErrDecodingFailure, "parsing network config", err.Error())
+	}
+	c := &Config{NetConf: n}
+	if c.Bridge == "" {
+		c.Bridge = DefaultBridge
+	}
+	if err := checkIfName("bridge", c.Bridge); err != nil {
+		return nil, err
+	}
+	if c.TapName == "" {
+		c.TapName = DefaultTapName
+	}
+	if err := checkIfName("tapName", c.TapName); err != nil {
+		return nil, err
+	}
+	if c.LeaseFile == "" {
+		c.LeaseFile = DefaultLeaseFile
+	}
+	if !strings.HasPrefix(c.LeaseFile, "/") {
+		return nil, configError("leaseFile", c.LeaseFile, "must be an absolute path")
+	}
+	if c.Subnet == "" {
+		return nil, configError("subnet", c.Subnet, "is required (the node's pod CIDR, e.g. 10.244.3.0/24)")
+	}
+	p, err := netip.ParsePrefix(c.Subnet)
+	if err != nil {
+		return nil, configError("subnet", c.Subnet, "not a CIDR")
+	}
+	if p != p.Masked() {
+		return nil, configError("subnet", c.Subnet, fmt.Sprintf("has host bits set (did you mean %s?)", p.Masked()))
+	}
+	if !p.Addr().Is4() {
+		return nil, configError("subnet", c.Subnet, "must be IPv4: VMs get their address by DHCPv4")
+	}
+	if p.Bits() > 30 {
+		return nil, configError("subnet", c.Subnet, "is too small: a /30 is the smallest with a gateway and a host")
+	}
+	c.SubnetPrefix = p
+	c.GatewayAddr = p.Addr().Next()
+	if c.Gateway != "" {
+		gw, err := netip.ParseAddr(c.Gateway)
+		if err != nil {
+			return nil, configError("gateway", c.Gateway, "not an IP address")
+		}
+		if !p.Contains(gw) {
+			return nil, configError("gateway", c.Gateway, "is outside subnet "+c.Subnet)
+		}
+		if gw == p.Addr() || gw == lastAddr(p) {
+			return nil, configError("gateway", c.Gateway, "is the network or broadcast address of "+c.Subnet)
+		}
+		c.GatewayAddr = gw
+	}
+	if c.MTU == 0 && defaultMTU != nil {
+		c.MTU = defaultMTU()
+	}
+	if c.MTU == 0 {
+		c.MTU = 1500
+	}
+	if c.MTU < minMTU || c.MTU > maxMTU {
+		return nil, configError("mtu", c.MTU, fmt.Sprintf("out of range %d-%d", minMTU, maxMTU))
+	}
+	for _, ns := range c.DNS.Nameservers {
+		if _, err := netip.ParseAddr(ns); err != nil {
+			return nil, configError("dns.nameservers", ns, "not an IP address")
+		}
+	}
+	if c.Lease, err = parseLeaseTime(c.LeaseTime); err != nil {
+		return nil, configError("leaseTime", string(c.LeaseTime), err.Error())
+	}
+	if c.ExcludeRange != "" {
+		if c.Exclude, err = leases.ParsePool(c.ExcludeRange, p); err != nil {
+			return nil, configError("excludeRange", c.ExcludeRange, err.Error())
+		}
+	}
+	if c.LogLevel != "" {
+		if _, err := parseLevel(c.LogLevel); err != nil {
+			return nil, configError("logLevel", c.LogLevel, err.Error())
+		}
+	}
+	if m := c.RuntimeConfig.MAC; m != "" {
+		if c.MAC, err = leases.NormalizeMAC(m); err != nil {
+			return nil, configError("runtimeConfig.mac", m, "not a MAC address")
+		}
+		if hw, _ := net.ParseMAC(c.MAC); hw[0]&1 == 1 {
+			return nil, configError("runtimeConfig.mac", m, "is a multicast address")
+		}
+	}
+	for _, s := range c.RuntimeConfig.IPs {
+		a, err := parseIPOrCIDR(s)
+		if err != nil {
+			return nil, configError("runtimeConfig.ips", s, "not an IP address")
+		}
+		if !a.Is4() {
+			continue // an IPv6 request is for another plugin of the chain
+		}
+		if !p.Contains(a) {
+			return nil, configError("runtimeConfig.ips", s, "is outside subnet "+c.Subnet)
+		}
+		if c.IP.IsValid() {
+			return nil, configError("runtimeConfig.ips", s, "asks for a second IPv4 address; vmlane gives one per attachment")
+		}
+		c.IP = a
+	}
+	return c, nil
+}
+
+func parseIPOrCIDR(s string) (netip.Addr, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Addr(), nil
+	}
+	return netip.ParseAddr(s)
+}
+
+func parseLeaseTime(raw json.RawMessage) (time.Duration, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return DefaultLeaseTime, nil
+	}
+	var d time.Duration
+	var secs float64
+	var s string
+	switch {
+	case json.Unmarshal(raw, &secs) == nil:
+		d = time.Duration(secs * float64(time.Second))
+	case json.Unmarshal(raw, &s) == nil:
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			return 0, fmt.Errorf("not a duration (like \"1h\") or seconds")
+		}
+	default:
+		return 0, fmt.Errorf("not a duration (like \"1h\") or seconds")
+	}
+	// RFC 2131 leaves the range open; under a minute clients renew
+	// constantly, and a lease time must fit in option 51's 32 bits.
+	if d < time.Minute || d > 0xfffffffe*time.Second {
+		return 0, fmt.Errorf("out of range 1m-%ds", uint32(0xfffffffe))
+	}
+	return d, nil
+}
+
+// checkIfName applies the kernel's rules for interface names.
+func checkIfName(field, name string) error {
+	switch {
+	case len(name) > 15:
+		return configError(field, name, "is longer than 15 bytes")
+	case name == "." || name == "..":
+		return configError(field, name, "is not a valid interface name")
+	case strings.ContainsAny(name, "/: \t\n"):
+		return configError(field, name, "contains '/', ':' or white space")
+	}
+	return nil
+}
+
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Addr().As4()
+	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	v |= (1 << (32 - p.Bits())) - 1
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+// K8sArgs are the CNI_ARGS vmlane reads.
+type K8sArgs struct {
+	types.CommonArgs
+	K8S_POD_NAMESPACE          types.UnmarshallableString //nolint:revive // CNI_ARGS names
+	K8S_POD_NAME               types.UnmarshallableString //nolint:revive
+	K8S_POD_UID                types.UnmarshallableString //nolint:revive
+	K8S_POD_INFRA_CONTAINER_ID types.UnmarshallableString //nolint:revive
+}
+
+// ParseArgs parses CNI_ARGS. Unknown keys are an error unless
+// IgnoreUnknown=true is among them, as the CNI conventions say.
+func ParseArgs(args string) (leases.Pod, error) {
+	var k K8sArgs
+	if err := types.LoadArgs(args, &k); err != nil {
+		return leases.Pod{}, types.NewError(types.ErrInvalidEnvironmentVariables, "invalid CNI_ARGS", err.Error())
+	}
+	return leases.Pod{
+		Namespace: string(k.K8S_POD_NAMESPACE),
+		Name:      string(k.K8S_POD_NAME),
+		UID:       string(k.K8S_POD_UID),
+	}, nil
+}

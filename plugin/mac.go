@@ -1,0 +1,36 @@
+package plugin
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+
+	"github.com/vmlane/vmlane/leases"
+)
+
+// macPrefix starts every MAC vmlane derives: 0x02 is a locally administered
+// unicast first octet (IEEE 802 U/L bit set, I/G bit clear), so it can never
+// collide with a vendor's burned-in address; 0x76 ('v') tells vmlane's MACs
+// apart from other local schemes (Docker's 02:42, libvirt's 52:54:00).
+var macPrefix = [2]byte{0x02, 0x76}
+
+// DeriveMAC returns the MAC vmlane gives a NIC whose address is ip: the
+// prefix and the four bytes of the IPv4 address. The same address always
+// gets the same MAC, so a restarted VM keeps its MAC and its DHCP lease,
+// and two live NICs never share one because two leases never share an
+// address.
+func DeriveMAC(ip netip.Addr) string {
+	b := ip.As16()
+	return fmt.Sprintf("%02x:%02x:%02x:%02x:%02x:%02x", macPrefix[0], macPrefix[1], b[12], b[13], b[14], b[15])
+}
+
+// HostVethName is the host end's name for an attachment: "vml" and 11 hex
+// digits of a hash of the container ID and interface name (15 bytes, the
+// kernel's limit). Derived rather than random, so DEL and GC find the link
+// even when the pod's netns is already gone, and a retried ADD replaces the
+// link an interrupted one left.
+func HostVethName(k leases.Key) string {
+	sum := sha256.Sum256([]byte(k.ContainerID + "\x00" + k.IfName))
+	return "vml" + hex.EncodeToString(sum[:])[:11]
+}

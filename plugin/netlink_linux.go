@@ -1,0 +1,359 @@
+package plugin
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"syscall"
+
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// netlinkDataplane is the Linux dataplane: netlink for links, addresses,
+// routes and tc, pkg/ns to enter the pod's netns. List and dump calls go
+// through netlinksafe, which retries netlink.ErrDumpInterrupted.
+type netlinkDataplane struct{}
+
+func newDataplane() dataplane { return netlinkDataplane{} }
+
+// ingressHandle is the ingress qdisc's handle, ffff:.
+var ingressHandle = netlink.MakeHandle(0xffff, 0)
+
+// in6AddrGenModeNone stops the kernel giving a link an IPv6 link-local
+// address (IFLA_INET6_ADDR_GEN_MODE, linux/if_link.h), so a link that only
+// relays a guest's frames never sends router solicitations or MLD reports
+// of its own.
+const in6AddrGenModeNone = 1
+
+func isNotFound(err error) bool {
+	var nf netlink.LinkNotFoundError
+	return errors.As(err, &nf) || errors.Is(err, syscall.ENODEV)
+}
+
+func (netlinkDataplane) DefaultMTU() int {
+	routes, err := netlinksafe.RouteList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return 0
+	}
+	for _, r := range routes {
+		if r.Dst != nil && r.Dst.IP != nil && !r.Dst.IP.IsUnspecified() {
+			continue
+		}
+		if l, err := netlink.LinkByIndex(r.LinkIndex); err == nil {
+			return l.Attrs().MTU
+		}
+	}
+	return 0
+}
+
+func (netlinkDataplane) CheckNetns(path string) error {
+	if path == "" {
+		return fmt.Errorf("%w: CNI_NETNS is empty", errNoNetns)
+	}
+	n, err := ns.GetNS(path)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errNoNetns, err)
+	}
+	return n.Close()
+}
+
+func (netlinkDataplane) EnsureBridge(name string, gw netip.Prefix, mtu int, mac string) (Link, error) {
+	hw, err := net.ParseMAC(mac)
+	if err != nil {
+		return Link{}, err
+	}
+	l, err := netlinksafe.LinkByName(name)
+	if isNotFound(err) {
+		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name, MTU: mtu, HardwareAddr: hw, TxQLen: -1}}
+		err = netlink.LinkAdd(br)
+		if err != nil && !errors.Is(err, syscall.EEXIST) { // EEXIST: a concurrent ADD made it
+			return Link{}, fmt.Errorf("creating bridge: %w", err)
+		}
+		l, err = netlinksafe.LinkByName(name)
+	}
+	if err != nil {
+		return Link{}, err
+	}
+	if _, ok := l.(*netlink.Bridge); !ok {
+		return Link{}, &notBridgeError{Name: name, Type: l.Type()}
+	}
+	a := l.Attrs()
+	if a.MTU != mtu {
+		if err := netlink.LinkSetMTU(l, mtu); err != nil {
+			return Link{}, fmt.Errorf("setting MTU %d: %w", mtu, err)
+		}
+	}
+	// A bridge takes the lowest MAC of its ports unless one is set, so its
+	// MAC (the pods' gateway MAC) would change as pods come and go and
+	// every guest's ARP entry for the gateway would go stale. Setting it
+	// pins it.
+	if a.HardwareAddr.String() != hw.String() {
+		if err := netlink.LinkSetHardwareAddr(l, hw); err != nil {
+			return Link{}, fmt.Errorf("pinning MAC %s: %w", hw, err)
+		}
+	}
+	if err := ensureOnlyAddr(l, gw); err != nil {
+		return Link{}, err
+	}
+	if err := netlink.LinkSetUp(l); err != nil {
+		return Link{}, fmt.Errorf("setting up: %w", err)
+	}
+	return Link{Name: name, MAC: hw.String(), MTU: mtu}, nil
+}
+
+// ensureOnlyAddr adds gw, then removes every other address of its family:
+// the gateway of an older pod CIDR must not linger (bridge's forceAddress).
+// Adding first keeps the bridge addressed throughout.
+func ensureOnlyAddr(l netlink.Link, gw netip.Prefix) error {
+	want := &netlink.Addr{IPNet: &net.IPNet{IP: gw.Addr().AsSlice(), Mask: net.CIDRMask(gw.Bits(), gw.Addr().BitLen())}}
+	if err := netlink.AddrAdd(l, want); err != nil && !errors.Is(err, syscall.EEXIST) {
+		return fmt.Errorf("adding gateway %s: %w", gw, err)
+	}
+	addrs, err := netlinksafe.AddrList(l, netlink.FAMILY_V4)
+	if err != nil {
+		return fmt.Errorf("listing addresses: %w", err)
+	}
+	for _, a := range addrs {
+		if a.IPNet.String() == want.IPNet.String() {
+			continue
+		}
+		if err := netlink.AddrDel(l, &a); err != nil && !errors.Is(err, syscall.EADDRNOTAVAIL) {
+			return fmt.Errorf("removing stale gateway %s: %w", a.IPNet, err)
+		}
+	}
+	return nil
+}
+
+// EnableForwarding sets net.ipv4.ip_forward in the netns the plugin runs
+// in (the host's), writing only when it is off.
+func (netlinkDataplane) EnableForwarding() error {
+	const path = "/proc/sys/net/ipv4/ip_forward"
+	if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) == "1" {
+		return nil
+	}
+	return os.WriteFile(path, []byte("1"), 0o644)
+}
+
+func (netlinkDataplane) SetupVeth(netnsPath, podIf, hostIf, bridge string, mtu int, podMAC string, quiet bool) (Link, Link, error) {
+	netns, err := ns.GetNS(netnsPath)
+	if err != nil {
+		return Link{}, Link{}, err
+	}
+	defer netns.Close()
+	br, err := netlinksafe.LinkByName(bridge)
+	if err != nil {
+		return Link{}, Link{}, fmt.Errorf("bridge %s: %w", bridge, err)
+	}
+	v := &netlink.Veth{
+		LinkAttrs:     netlink.LinkAttrs{Name: hostIf, MTU: mtu, TxQLen: -1},
+		PeerName:      podIf,
+		PeerNamespace: netlink.NsFd(int(netns.Fd())),
+		PeerMTU:       uint32(mtu),
+	}
+	if podMAC != "" {
+		if v.PeerHardwareAddr, err = net.ParseMAC(podMAC); err != nil {
+			return Link{}, Link{}, err
+		}
+	}
+	if err := netlink.LinkAdd(v); err != nil {
+		if errors.Is(err, syscall.EEXIST) {
+			return Link{}, Link{}, fmt.Errorf("%s or %s already exists in the pod: %w", hostIf, podIf, err)
+		}
+		return Link{}, Link{}, err
+	}
+	host, err := netlinksafe.LinkByName(hostIf)
+	if err != nil {
+		return Link{}, Link{}, err
+	}
+	if err := netlink.LinkSetMaster(host, br); err != nil {
+		return Link{}, Link{}, fmt.Errorf("joining %s to %s: %w", hostIf, bridge, err)
+	}
+	if err := netlink.LinkSetUp(host); err != nil {
+		return Link{}, Link{}, err
+	}
+	var pod Link
+	err = netns.Do(func(ns.NetNS) error {
+		l, err := netlinksafe.LinkByName(podIf)
+		if err != nil {
+			return err
+		}
+		if quiet {
+			quietLink(l)
+		}
+		if err := netlink.LinkSetUp(l); err != nil {
+			return err
+		}
+		pod = Link{Name: podIf, MAC: l.Attrs().HardwareAddr.String(), MTU: mtu, Sandbox: netnsPath}
+		return nil
+	})
+	if err != nil {
+		return Link{}, Link{}, fmt.Errorf("in pod netns: %w", err)
+	}
+	return Link{Name: hostIf, MAC: host.Attrs().HardwareAddr.String(), MTU: mtu}, pod, nil
+}
+
+// quietLink turns off IPv6 link-local autoconfiguration. Kernels without
+// IPv6 refuse the setting, and then there is nothing to quiet.
+func quietLink(l netlink.Link) {
+	_ = netlink.LinkSetIP6AddrGenMode(l, in6AddrGenModeNone)
+}
+
+func (netlinkDataplane) ConfigureAddress(netnsPath, podIf string, addr netip.Prefix, gw netip.Addr) error {
+	return ns.WithNetNSPath(netnsPath, func(ns.NetNS) error {
+		l, err := netlinksafe.LinkByName(podIf)
+		if err != nil {
+			return err
+		}
+		a := &netlink.Addr{IPNet: &net.IPNet{IP: addr.Addr().AsSlice(), Mask: net.CIDRMask(addr.Bits(), 32)}}
+		if err := netlink.AddrAdd(l, a); err != nil && !errors.Is(err, syscall.EEXIST) {
+			return fmt.Errorf("adding address: %w", err)
+		}
+		r := &netlink.Route{LinkIndex: l.Attrs().Index, Gw: gw.AsSlice(), Scope: netlink.SCOPE_UNIVERSE}
+		if err := netlink.RouteReplace(r); err != nil {
+			return fmt.Errorf("adding default route via %s: %w", gw, err)
+		}
+		return nil
+	})
+}
+
+func (netlinkDataplane) SetupTap(netnsPath, tap, podIf string, mtu int, multiQueue bool) (Link, error) {
+	var out Link
+	err := ns.WithNetNSPath(netnsPath, func(ns.NetNS) error {
+		// vnet header on: virtio-net guests hand the host offloaded
+		// (GSO/checksum-partial) frames through it. No packet-info
+		// header. Owned by root; persistent until DEL deletes it.
+		flags := netlink.TUNTAP_NO_PI | netlink.TUNTAP_VNET_HDR
+		if multiQueue {
+			flags |= netlink.TUNTAP_MULTI_QUEUE
+		} else {
+			flags |= netlink.TUNTAP_ONE_QUEUE
+		}
+		t := &netlink.Tuntap{
+			LinkAttrs: netlink.LinkAttrs{Name: tap, MTU: mtu},
+			Mode:      netlink.TUNTAP_MODE_TAP,
+			Flags:     flags,
+		}
+		if err := netlink.LinkAdd(t); err != nil {
+			return fmt.Errorf("creating: %w", err)
+		}
+		tl, err := netlinksafe.LinkByName(tap)
+		if err != nil {
+			return err
+		}
+		quietLink(tl)
+		if err := netlink.LinkSetMTU(tl, mtu); err != nil {
+			return fmt.Errorf("setting MTU: %w", err)
+		}
+		if err := netlink.LinkSetUp(tl); err != nil {
+			return err
+		}
+		pl, err := netlinksafe.LinkByName(podIf)
+		if err != nil {
+			return err
+		}
+		// Frames arriving on either side leave by the other unchanged:
+		// the guest's MAC, VLAN tags and all, as on a wire.
+		if err := redirect(tl, pl); err != nil {
+			return err
+		}
+		if err := redirect(pl, tl); err != nil {
+			return err
+		}
+		out = Link{Name: tap, MTU: mtu, Sandbox: netnsPath}
+		return nil
+	})
+	return out, err
+}
+
+// redirect sends every frame received on from out of to: an ingress qdisc
+// on from with a filter that matches everything and whose action is mirred
+// egress redirect. The filter is u32 with one all-zero key rather than
+// matchall: cls_matchall is an optional module that some kernels (this
+// project's CI among them) lack, and u32 is everywhere; Kata Containers'
+// tc-redirect does the same.
+func redirect(from, to netlink.Link) error {
+	q := &netlink.Ingress{QdiscAttrs: netlink.QdiscAttrs{
+		LinkIndex: from.Attrs().Index,
+		Handle:    ingressHandle,
+		Parent:    netlink.HANDLE_INGRESS,
+	}}
+	if err := netlink.QdiscReplace(q); err != nil {
+		return fmt.Errorf("adding ingress qdisc on %s: %w", from.Attrs().Name, err)
+	}
+	f := &netlink.U32{
+		FilterAttrs: netlink.FilterAttrs{
+			LinkIndex: from.Attrs().Index,
+			Parent:    ingressHandle,
+			Priority:  1,
+			Protocol:  unix.ETH_P_ALL,
+		},
+		Sel: &netlink.TcU32Sel{
+			Flags: netlink.TC_U32_TERMINAL,
+			Nkeys: 1,
+			Keys:  []netlink.TcU32Key{{Mask: 0, Val: 0, Off: 0}},
+		},
+		Actions: []netlink.Action{netlink.NewMirredAction(to.Attrs().Index)},
+	}
+	if err := netlink.FilterReplace(f); err != nil {
+		return fmt.Errorf("adding redirect %s -> %s: %w", from.Attrs().Name, to.Attrs().Name, err)
+	}
+	return nil
+}
+
+func (netlinkDataplane) DeleteHostLink(name string) error {
+	l, err := netlinksafe.LinkByName(name)
+	if isNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("looking up %s: %w", name, err)
+	}
+	if err := netlink.LinkDel(l); err != nil && !isNotFound(err) {
+		return fmt.Errorf("deleting %s: %w", name, err)
+	}
+	return nil
+}
+
+func (netlinkDataplane) DeleteNetnsLinks(netnsPath string, names ...string) error {
+	netns, err := ns.GetNS(netnsPath)
+	if err != nil {
+		return nil // the netns is gone, and its links with it
+	}
+	defer netns.Close()
+	return netns.Do(func(ns.NetNS) error {
+		var errs []error
+		for _, name := range names {
+			l, err := netlinksafe.LinkByName(name)
+			if isNotFound(err) {
+				continue
+			}
+			if err == nil {
+				err = netlink.LinkDel(l)
+			}
+			if err != nil && !isNotFound(err) {
+				errs = append(errs, fmt.Errorf("deleting %s in %s: %w", name, netnsPath, err))
+			}
+		}
+		return errors.Join(errs...)
+	})
+}
+
+func (netlinkDataplane) BridgeStatus(name string) error {
+	l, err := netlinksafe.LinkByName(name)
+	if err != nil {
+		return err
+	}
+	if _, ok := l.(*netlink.Bridge); !ok {
+		return &notBridgeError{Name: name, Type: l.Type()}
+	}
+	if l.Attrs().Flags&net.FlagUp == 0 {
+		return errors.New("bridge is down")
+	}
+	return nil
+}

@@ -1,0 +1,38 @@
+//go:build !linux
+
+package plugin
+
+import (
+	"errors"
+	"net/netip"
+)
+
+// errUnsupported: the CNI plugin drives Linux bridges, veths and TAPs. On
+// macOS vmlaned configures vmnet instead, and no CNI plugin runs.
+var errUnsupported = errors.New("the vmlane CNI plugin runs on Linux only")
+
+type unsupported struct{}
+
+func newDataplane() dataplane { return unsupported{} }
+
+func (unsupported) DefaultMTU() int           { return 0 }
+func (unsupported) CheckNetns(string) error   { return errUnsupported }
+func (unsupported) EnableForwarding() error   { return errUnsupported }
+func (unsupported) BridgeStatus(string) error { return errUnsupported }
+func (unsupported) EnsureBridge(string, netip.Prefix, int, string) (Link, error) {
+	return Link{}, errUnsupported
+}
+func (unsupported) SetupVeth(string, string, string, string, int, string, bool) (Link, Link, error) {
+	return Link{}, Link{}, errUnsupported
+}
+func (unsupported) ConfigureAddress(string, string, netip.Prefix, netip.Addr) error {
+	return errUnsupported
+}
+func (unsupported) SetupTap(string, string, string, int, bool) (Link, error) {
+	return Link{}, errUnsupported
+}
+func (unsupported) DeleteHostLink(string) error              { return errUnsupported }
+func (unsupported) DeleteNetnsLinks(string, ...string) error { return errUnsupported }
+func (unsupported) Check(string, Attached, netip.Prefix) error {
+	return errUnsupported
+}

@@ -1,0 +1,401 @@
+package plugin
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
+	"github.com/vmlane/vmlane/leases"
+)
+
+// SupportedVersions are the CNI spec versions vmlane speaks.
+var SupportedVersions = version.PluginSupports("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
+
+// dataplane is every kernel effect the plugin has: netlink, tc, sysctls and
+// netns. The Linux implementation is netlinkDataplane; tests use a recorder.
+// Every delete is idempotent: a missing link or netns is success.
+type dataplane interface {
+	// DefaultMTU is the MTU of the interface of the default route, 0 if
+	// there is none.
+	DefaultMTU() int
+	// CheckNetns returns errNoNetns if path is not a network namespace.
+	CheckNetns(path string) error
+	// EnsureBridge makes the bridge exist, up, with mtu and mac, and with
+	// gw as its only address of gw's family (a gateway of an older pod
+	// CIDR is replaced). A link of that name that is not a bridge is a
+	// *notBridgeError.
+	EnsureBridge(name string, gw netip.Prefix, mtu int, mac string) (Link, error)
+	// EnableForwarding turns on IPv4 forwarding in the host netns.
+	EnableForwarding() error
+	// SetupVeth creates the veth pair: hostIf on bridge in this netns,
+	// podIf in netns, both up with mtu. podMAC, if set, is the pod end's
+	// MAC. quiet keeps the pod end from sending anything of its own (no
+	// IPv6 link-local), as in VM mode where the guest is the only sender.
+	SetupVeth(netns, podIf, hostIf, bridge string, mtu int, podMAC string, quiet bool) (host, pod Link, err error)
+	// ConfigureAddress puts addr on podIf in netns and a default route via
+	// gw.
+	ConfigureAddress(netns, podIf string, addr netip.Prefix, gw netip.Addr) error
+	// SetupTap creates the TAP in netns and joins it to podIf with tc
+	// ingress + mirred egress redirect in both directions.
+	SetupTap(netns, tap, podIf string, mtu int, multiQueue bool) (Link, error)
+	// DeleteHostLink deletes a link of the host netns (a veth's host end,
+	// which takes its peer with it).
+	DeleteHostLink(name string) error
+	// DeleteNetnsLinks deletes links inside netns.
+	DeleteNetnsLinks(netns string, names ...string) error
+	// Check verifies what ADD built for an attachment.
+	Check(netns string, want Attached, addr netip.Prefix) error
+	// BridgeStatus returns an error unless the bridge exists and is up.
+	BridgeStatus(name string) error
+}
+
+var errNoNetns = errors.New("no such network namespace")
+
+// errPluginNotAvailable is CNI error 50 (spec 1.1 STATUS: "the plugin is
+// not available"); the cni library names no constant for it.
+const errPluginNotAvailable uint = 50
+
+// notBridgeError: the configured bridge name belongs to another kind of link
+// (the host's uplink, say), which vmlane must not touch.
+type notBridgeError struct{ Name, Type string }
+
+func (e *notBridgeError) Error() string {
+	return fmt.Sprintf("%q is an existing link of type %q, not a bridge", e.Name, e.Type)
+}
+
+// Plugin runs the CNI verbs against a dataplane.
+type Plugin struct {
+	dp     dataplane
+	stderr io.Writer
+}
+
+// New returns the plugin for this OS.
+func New() *Plugin { return &Plugin{dp: newDataplane(), stderr: os.Stderr} }
+
+// Funcs is the skel dispatch table; main is one PluginMainFuncs call.
+func (p *Plugin) Funcs() skel.CNIFuncs {
+	return skel.CNIFuncs{Add: p.Add, Del: p.Del, Check: p.Check, Status: p.Status, GC: p.GC}
+}
+
+// run parses the config and sets up logging for one verb.
+func (p *Plugin) run(verb string, args *skel.CmdArgs, fn func(c *Config, log *slog.Logger) error) error {
+	c, err := ParseConfig(args.StdinData, p.dp.DefaultMTU)
+	if err != nil {
+		return err
+	}
+	log, closeLog := newLogger(c, p.stderr)
+	defer closeLog()
+	log = log.With("verb", verb, "containerID", args.ContainerID, "ifname", args.IfName)
+	if err := fn(c, log); err != nil {
+		log.Error("failed", "err", err)
+		return err
+	}
+	return nil
+}
+
+func (c *Config) store() (*leases.Store, error) {
+	s, err := leases.Open(c.LeaseFile, c.SubnetPrefix, c.GatewayAddr)
+	if err != nil {
+		return nil, configError("leaseFile", c.LeaseFile, err.Error())
+	}
+	return s, nil
+}
+
+// Add attaches a pod: bridge, address, veth and, for VM pods, the TAP. On
+// any failure it undoes what it did and returns a CNI error.
+func (p *Plugin) Add(args *skel.CmdArgs) error {
+	return p.run("ADD", args, func(c *Config, log *slog.Logger) (err error) {
+		pod, err := ParseArgs(args.Args)
+		if err != nil {
+			return err
+		}
+		if err := p.dp.CheckNetns(args.Netns); err != nil {
+			return types.NewError(types.ErrUnknownContainer, fmt.Sprintf("netns %q", args.Netns), err.Error())
+		}
+		store, err := c.store()
+		if err != nil {
+			return err
+		}
+		gw := netip.PrefixFrom(c.GatewayAddr, c.SubnetPrefix.Bits())
+		bridge, err := p.dp.EnsureBridge(c.Bridge, gw, c.MTU, DeriveMAC(c.GatewayAddr))
+		var nb *notBridgeError
+		if errors.As(err, &nb) {
+			return configError("bridge", c.Bridge, fmt.Sprintf("is an existing link of type %q, not a bridge", nb.Type))
+		}
+		if err != nil {
+			return fmt.Errorf("setting up bridge %s: %w", c.Bridge, err)
+		}
+		if err := p.dp.EnableForwarding(); err != nil {
+			return fmt.Errorf("enabling IPv4 forwarding: %w", err)
+		}
+
+		key := leases.Key{ContainerID: args.ContainerID, IfName: args.IfName}
+		_, retried, err := store.Get(key)
+		if err != nil {
+			return storeError(err)
+		}
+		lease, err := store.Reserve(leases.ReserveRequest{
+			Key:      key,
+			IP:       c.IP,
+			MAC:      c.MAC,
+			MACFor:   DeriveMAC,
+			Exclude:  c.Exclude,
+			NetNS:    args.Netns,
+			Pod:      pod,
+			Hostname: pod.Name,
+		})
+		if err != nil {
+			return storeError(err)
+		}
+		success := false
+		defer func() {
+			// A retried ADD keeps the earlier ADD's lease: the runtime
+			// still owns it until it calls DEL.
+			if !success && !retried {
+				if _, _, rerr := store.Release(key); rerr != nil {
+					log.Error("releasing lease after failed ADD", "ip", lease.IP, "err", rerr)
+				}
+			}
+		}()
+
+		hostIf := HostVethName(key)
+		// A retried ADD replaces what an interrupted one left.
+		if err := p.dp.DeleteHostLink(hostIf); err != nil {
+			return fmt.Errorf("removing stale %s: %w", hostIf, err)
+		}
+		podMAC := lease.MAC
+		if c.VM {
+			podMAC = "" // the guest's MAC must appear on the wire only once
+		}
+		host, podLink, err := p.dp.SetupVeth(args.Netns, args.IfName, hostIf, c.Bridge, c.MTU, podMAC, c.VM)
+		if err != nil {
+			return fmt.Errorf("creating veth %s/%s: %w", hostIf, args.IfName, err)
+		}
+		defer func() {
+			if !success {
+				if derr := p.dp.DeleteHostLink(hostIf); derr != nil {
+					log.Error("removing veth after failed ADD", "link", hostIf, "err", derr)
+				}
+			}
+		}()
+		a := Attached{Bridge: bridge, HostVeth: host, PodVeth: podLink}
+		addr := netip.PrefixFrom(lease.IP, c.SubnetPrefix.Bits())
+		if c.VM {
+			tap, err := p.dp.SetupTap(args.Netns, c.TapName, args.IfName, c.MTU, c.TapMultiQueue)
+			if err != nil {
+				if derr := p.dp.DeleteNetnsLinks(args.Netns, c.TapName); derr != nil {
+					log.Error("removing TAP after failed ADD", "link", c.TapName, "err", derr)
+				}
+				return fmt.Errorf("creating TAP %s: %w", c.TapName, err)
+			}
+			tap.MAC = lease.MAC
+			a.Tap = &tap
+		} else if err := p.dp.ConfigureAddress(args.Netns, args.IfName, addr, c.GatewayAddr); err != nil {
+			return fmt.Errorf("configuring %s on %s: %w", addr, args.IfName, err)
+		}
+
+		success = true
+		log.Info("attached", "ip", lease.IP, "mac", lease.MAC, "hostVeth", hostIf, "vm", c.VM, "retried", retried)
+		return types.PrintResult(BuildResult(c, a, lease.IP), c.CNIVersion)
+	})
+}
+
+// storeError turns lease store errors into CNI errors: a full subnet is
+// worth retrying later (pods may leave), a corrupt file is not.
+func storeError(err error) error {
+	switch {
+	case errors.Is(err, leases.ErrExhausted):
+		return types.NewError(types.ErrTryAgainLater, "no free address: "+err.Error(), "")
+	case errors.Is(err, leases.ErrInUse), errors.Is(err, leases.ErrConflict):
+		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
+	default:
+		return types.NewError(types.ErrIOFailure, "lease store", err.Error())
+	}
+}
+
+// Del detaches a pod. Everything already gone (netns, links, lease) counts
+// as deleted, so DEL can be repeated.
+func (p *Plugin) Del(args *skel.CmdArgs) error {
+	return p.run("DEL", args, func(c *Config, log *slog.Logger) error {
+		key := leases.Key{ContainerID: args.ContainerID, IfName: args.IfName}
+		// Links first, then the lease: the address is free for reuse only
+		// once no interface answers for it.
+		var errs []error
+		if err := p.dp.DeleteHostLink(HostVethName(key)); err != nil {
+			errs = append(errs, err)
+		}
+		if args.Netns != "" {
+			names := []string{args.IfName}
+			if c.VM {
+				names = append(names, c.TapName)
+			}
+			if err := p.dp.DeleteNetnsLinks(args.Netns, names...); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+		store, err := c.store()
+		if err != nil {
+			return err
+		}
+		l, ok, err := store.Release(key)
+		if err != nil {
+			return storeError(err)
+		}
+		log.Info("detached", "released", ok, "ip", l.IP)
+		return nil
+	})
+}
+
+// Check verifies an attachment against the result ADD returned.
+func (p *Plugin) Check(args *skel.CmdArgs) error {
+	return p.run("CHECK", args, func(c *Config, log *slog.Logger) error {
+		if c.RawPrevResult == nil {
+			return types.NewError(types.ErrInvalidNetworkConfig, "CHECK needs prevResult", "")
+		}
+		if err := version.ParsePrevResult(&c.PluginConf); err != nil {
+			return types.NewError(types.ErrDecodingFailure, "parsing prevResult", err.Error())
+		}
+		prev, err := current.NewResultFromResult(c.PrevResult)
+		if err != nil {
+			return types.NewError(types.ErrDecodingFailure, "converting prevResult", err.Error())
+		}
+		want, addr, err := expectedFromResult(prev, c, args)
+		if err != nil {
+			return err
+		}
+		store, err := c.store()
+		if err != nil {
+			return err
+		}
+		key := leases.Key{ContainerID: args.ContainerID, IfName: args.IfName}
+		l, ok, err := store.Get(key)
+		if err != nil {
+			return storeError(err)
+		}
+		if !ok {
+			return fmt.Errorf("no lease for attachment %s", key)
+		}
+		if l.IP != addr.Addr() {
+			return fmt.Errorf("lease of %s holds %s, the result says %s", key, l.IP, addr.Addr())
+		}
+		if want.Tap != nil && l.MAC != want.Tap.MAC {
+			return fmt.Errorf("lease of %s has MAC %s, the result says %s", key, l.MAC, want.Tap.MAC)
+		}
+		return p.dp.Check(args.Netns, want, addr)
+	})
+}
+
+// expectedFromResult reads back what ADD reported.
+func expectedFromResult(r *current.Result, c *Config, args *skel.CmdArgs) (Attached, netip.Prefix, error) {
+	var a Attached
+	bad := func(why string) (Attached, netip.Prefix, error) {
+		return a, netip.Prefix{}, types.NewError(types.ErrInvalidNetworkConfig, "prevResult is not vmlane's: "+why, "")
+	}
+	n := 3
+	if c.VM {
+		n = 4
+	}
+	if len(r.Interfaces) != n || len(r.IPs) != 1 {
+		return bad(fmt.Sprintf("want %d interfaces and 1 IP, got %d and %d", n, len(r.Interfaces), len(r.IPs)))
+	}
+	get := func(i int) Link {
+		x := r.Interfaces[i]
+		return Link{Name: x.Name, MAC: x.Mac, MTU: x.Mtu, Sandbox: x.Sandbox}
+	}
+	a.Bridge, a.HostVeth, a.PodVeth = get(ifBridge), get(ifHostVeth), get(ifPodVeth)
+	if c.VM {
+		t := get(ifTap)
+		a.Tap = &t
+	}
+	if a.PodVeth.Name != args.IfName {
+		return bad(fmt.Sprintf("pod interface is %q, CNI_IFNAME is %q", a.PodVeth.Name, args.IfName))
+	}
+	ip, ok := netip.AddrFromSlice(r.IPs[0].Address.IP)
+	if !ok {
+		return bad("no address")
+	}
+	ones, _ := r.IPs[0].Address.Mask.Size()
+	return a, netip.PrefixFrom(ip.Unmap(), ones), nil
+}
+
+// Status reports whether the plugin can serve an ADD now (CNI 1.1): the
+// bridge is up, the lease file is readable, and an address is free.
+func (p *Plugin) Status(args *skel.CmdArgs) error {
+	return p.run("STATUS", args, func(c *Config, log *slog.Logger) error {
+		if err := p.dp.BridgeStatus(c.Bridge); err != nil {
+			return types.NewError(errPluginNotAvailable, fmt.Sprintf("bridge %s is not ready", c.Bridge), err.Error())
+		}
+		store, err := c.store()
+		if err != nil {
+			return types.NewError(errPluginNotAvailable, "lease store unusable", err.Error())
+		}
+		var free bool
+		err = store.View(func(tx *leases.Tx) error {
+			free = tx.Free(c.Exclude) > 0
+			return nil
+		})
+		if err != nil {
+			return types.NewError(errPluginNotAvailable, "lease file unusable", err.Error())
+		}
+		if !free {
+			return types.NewError(errPluginNotAvailable, fmt.Sprintf("subnet %s is full", c.SubnetPrefix), "")
+		}
+		return nil
+	})
+}
+
+// GC releases every CNI lease whose attachment the runtime no longer lists
+// in cni.dev/valid-attachments, and removes its host veth.
+func (p *Plugin) GC(args *skel.CmdArgs) error {
+	return p.run("GC", args, func(c *Config, log *slog.Logger) error {
+		valid := make([]leases.Key, 0, len(c.ValidAttachments))
+		for _, a := range c.ValidAttachments {
+			valid = append(valid, leases.Key{ContainerID: a.ContainerID, IfName: a.IfName})
+		}
+		store, err := c.store()
+		if err != nil {
+			return err
+		}
+		// Links first, as in DEL: find the stale attachments, remove their
+		// host veths, then release their leases.
+		var stale []leases.Lease
+		if err := store.View(func(tx *leases.Tx) error {
+			keep := make(map[leases.Key]bool, len(valid))
+			for _, k := range valid {
+				keep[k] = true
+			}
+			for _, l := range tx.Leases() {
+				if l.Source == leases.SourceCNI && !keep[l.Key()] {
+					stale = append(stale, l)
+				}
+			}
+			return nil
+		}); err != nil {
+			return storeError(err)
+		}
+		var errs []error
+		for _, l := range stale {
+			if err := p.dp.DeleteHostLink(HostVethName(l.Key())); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		released, err := store.GC(valid)
+		if err != nil {
+			return storeError(err)
+		}
+		for _, l := range released {
+			log.Info("collected", "ip", l.IP, "attachment", l.Key().String())
+		}
+		return errors.Join(errs...)
+	})
+}

@@ -1,0 +1,60 @@
+package plugin
+
+import (
+	"net"
+	"net/netip"
+
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+)
+
+// Link is what the result says of one interface.
+type Link struct {
+	Name    string
+	MAC     string
+	MTU     int
+	Sandbox string // the netns path, for links inside the pod
+}
+
+// Attached is what ADD built, in the order the result lists it.
+type Attached struct {
+	Bridge, HostVeth, PodVeth Link
+	// Tap is set for VM pods. Its MAC is the VM NIC's MAC (what the runtime
+	// must give the guest), not the TAP's own.
+	Tap *Link
+}
+
+// Result indices of the interfaces in BuildResult's output.
+const (
+	ifBridge = iota
+	ifHostVeth
+	ifPodVeth
+	ifTap
+)
+
+// BuildResult renders the CNI result. The IP names the interface that will
+// carry it: the TAP (whose guest sets it by DHCP) for a VM pod, the pod end
+// of the veth for a plain pod. The caller converts it to the config's CNI
+// version on output.
+func BuildResult(c *Config, a Attached, ip netip.Addr) *current.Result {
+	r := &current.Result{CNIVersion: current.ImplementedSpecVersion}
+	for _, l := range []Link{a.Bridge, a.HostVeth, a.PodVeth} {
+		r.Interfaces = append(r.Interfaces, &current.Interface{Name: l.Name, Mac: l.MAC, Mtu: l.MTU, Sandbox: l.Sandbox})
+	}
+	carrier := ifPodVeth
+	if a.Tap != nil {
+		r.Interfaces = append(r.Interfaces, &current.Interface{Name: a.Tap.Name, Mac: a.Tap.MAC, Mtu: a.Tap.MTU, Sandbox: a.Tap.Sandbox})
+		carrier = ifTap
+	}
+	r.IPs = []*current.IPConfig{{
+		Interface: current.Int(carrier),
+		Address:   net.IPNet{IP: ip.AsSlice(), Mask: net.CIDRMask(c.SubnetPrefix.Bits(), 32)},
+		Gateway:   c.GatewayAddr.AsSlice(),
+	}}
+	r.Routes = []*types.Route{{
+		Dst: net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)},
+		GW:  c.GatewayAddr.AsSlice(),
+	}}
+	r.DNS = types.DNS{Nameservers: c.DNS.Nameservers, Domain: c.DNS.Domain, Search: c.DNS.Search}
+	return r
+}
