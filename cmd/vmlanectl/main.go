@@ -1,0 +1,122 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/vmlane/vmlane/leases"
+)
+
+// Exit statuses, as the usage text documents them.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+// linuxLeaseFile is where vmlaned and the CNI plugin keep the lease file.
+const linuxLeaseFile = "/var/lib/vmlane/leases.json"
+
+// defaultLeaseFile is the lease file of the node vmlanectl runs on. On macOS
+// the addresses come from bootpd (vmnet's DHCP server), so its file is the
+// one to read. A GOOS switch rather than _linux/_darwin files: vmlanectl is
+// meant to build anywhere (an operator's laptop reading a copied file), and
+// every other system gets the Linux path.
+func defaultLeaseFile() string {
+	if runtime.GOOS == "darwin" {
+		return leases.BootpdPath
+	}
+	return linuxLeaseFile
+}
+
+func usage() string {
+	return `Usage:
+  vmlanectl leases list   [--lease-file FILE] [-o table|json]
+  vmlanectl leases get    (--mac MAC | --ip IP) [--lease-file FILE] [-o table|json]
+  vmlanectl leases wait   --mac MAC [--timeout DURATION] [--lease-file FILE] [-o table|json]
+  vmlanectl leases export --cocoon PATH [--lease-file FILE]
+  vmlanectl help
+
+Commands:
+  leases list    print every lease, sorted by IP
+  leases get     print the live lease of a MAC, or the lease of an IP in any state
+  leases wait    wait until MAC has a bound lease, then print it (the lease
+                 file need not exist yet)
+  leases export  write the live leases to PATH as cocoon-net's JSON array of
+                 {mac, ip, expiry}, atomically
+
+Flags (before or after the command word):
+  --lease-file FILE   vmlane's leases.json or macOS bootpd's dhcpd_leases, told
+                      apart by content (default ` + defaultLeaseFile() + `)
+  -o table|json       output format (default table)
+  --mac MAC           a 48-bit MAC in any common spelling (02:00:0a:f4:03:07,
+                      2:0:a:f4:3:7, 02-00-0A-F4-03-07)
+  --ip IP             an IPv4 or IPv6 address
+  --timeout DURATION  how long wait waits, e.g. 30s or 5m (default 1m; 0 waits
+                      forever)
+  --cocoon PATH       the file export writes
+
+Exit status: 0 on success; 1 when the lease file is missing or unreadable, no
+lease matches, or wait times out; 2 on a usage error.
+`
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is the whole CLI, minus the process: tests call it directly.
+func run(args []string, stdout, stderr io.Writer) int {
+	c := &cli{stdout: stdout, stderr: stderr, now: time.Now}
+	return c.run(args)
+}
+
+// cli holds what a command writes to and the clock it judges expiry by, so
+// that tests can pin "(expired)" in golden output.
+type cli struct {
+	stdout, stderr io.Writer
+	now            func() time.Time
+}
+
+// usageError is a mistake in the command line: exit status 2 and a pointer
+// to the usage, where any other error is a failure (status 1).
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+func (c *cli) run(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(c.stderr, usage())
+		return exitUsage
+	}
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "help", "-h", "-help", "--help":
+		if len(rest) > 0 && rest[0] != "leases" {
+			return c.fail("vmlanectl help", usagef("no help on %q: the commands are: leases", rest[0]))
+		}
+		fmt.Fprint(c.stderr, usage())
+		return exitOK
+	case "leases":
+		return c.runLeases(rest)
+	default:
+		return c.fail("vmlanectl", usagef("unknown command %q: the commands are: leases, help", cmd))
+	}
+}
+
+// fail reports err under prefix and returns the exit status it calls for.
+func (c *cli) fail(prefix string, err error) int {
+	fmt.Fprintf(c.stderr, "%s: %v\n", prefix, err)
+	if ue := (*usageError)(nil); errors.As(err, &ue) {
+		fmt.Fprintln(c.stderr, "Run 'vmlanectl help' for usage.")
+		return exitUsage
+	}
+	return exitFail
+}
