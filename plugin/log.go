@@ -19,7 +19,12 @@ func parseLevel(s string) (slog.Level, error) {
 // newLogger logs to the config's logFile, or stderr: stdout carries the
 // CNI result and nothing else. The returned closer closes the file.
 func newLogger(c *Config, stderr io.Writer) (*slog.Logger, func()) {
-	level := slog.LevelInfo
+	// On stderr only warnings by default: runtimes copy a plugin's stderr
+	// into their own logs. A log file gets the per-attachment info lines.
+	level := slog.LevelWarn
+	if c != nil && c.LogFile != "" {
+		level = slog.LevelInfo
+	}
 	if c != nil && c.LogLevel != "" {
 		level, _ = parseLevel(c.LogLevel) // validated in ParseConfig
 	}

@@ -166,9 +166,15 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		}()
 
 		hostIf := HostVethName(key)
-		// A retried ADD replaces what an interrupted one left.
+		// A retried ADD replaces what an earlier one left: the veth (its
+		// pod end goes with it) and the TAP, which outlives the veth.
 		if err := p.dp.DeleteHostLink(hostIf); err != nil {
 			return fmt.Errorf("removing stale %s: %w", hostIf, err)
+		}
+		if c.VM {
+			if err := p.dp.DeleteNetnsLinks(args.Netns, c.TapName); err != nil {
+				return fmt.Errorf("removing stale %s: %w", c.TapName, err)
+			}
 		}
 		podMAC := lease.MAC
 		if c.VM {

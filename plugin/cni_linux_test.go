@@ -1,0 +1,477 @@
+package plugin_test
+
+// Privileged tests: the built vmlane binary run the way a runtime runs it,
+// through libcni, in a "node" netns with pod netns beside it.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/vmlane/vmlane/internal/netnstest"
+	"github.com/vmlane/vmlane/internal/privtest"
+	"github.com/vmlane/vmlane/leases"
+	"github.com/vmlane/vmlane/plugin"
+)
+
+var allVersions = []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+// pluginDir returns a folder holding the vmlane binary: VMLANE_BIN_DIR
+// (make test builds it there), or a fresh build.
+func pluginDir(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		if d := os.Getenv("VMLANE_BIN_DIR"); d != "" {
+			if _, err := os.Stat(filepath.Join(d, "vmlane")); err == nil {
+				binDir = d
+				return
+			}
+		}
+		binDir, buildErr = os.MkdirTemp("", "vmlane-bin-")
+		if buildErr != nil {
+			return
+		}
+		out, err := exec.Command("go", "build", "-o", binDir, "github.com/vmlane/vmlane/cmd/vmlane").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("building vmlane: %v: %s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binDir
+}
+
+// node is a test node: a netns that holds the bridge, and a lease file.
+type node struct {
+	t      *testing.T
+	ns     *netnstest.NS
+	cni    *libcni.CNIConfig
+	leases string
+	subnet string
+}
+
+func newNode(t *testing.T, subnet string) *node {
+	t.Helper()
+	privtest.Require(t, "ip", "tc")
+	dir := t.TempDir()
+	return &node{
+		t:      t,
+		ns:     netnstest.New(t, "node"),
+		cni:    libcni.NewCNIConfigWithCacheDir([]string{pluginDir(t)}, filepath.Join(dir, "cache"), nil),
+		leases: filepath.Join(dir, "leases.json"),
+		subnet: subnet,
+	}
+}
+
+// conf is the vmlane network config; extra fields override or add.
+func (n *node) conf(version string, vm bool, extra map[string]any) *libcni.NetworkConfigList {
+	n.t.Helper()
+	p := map[string]any{
+		"type":         "vmlane",
+		"subnet":       n.subnet,
+		"leaseFile":    n.leases,
+		"vm":           vm,
+		"dns":          map[string]any{"nameservers": []string{"10.96.0.10"}, "search": []string{"default.svc.cluster.local"}},
+		"capabilities": map[string]bool{"mac": true, "ips": true},
+	}
+	for k, v := range extra {
+		p[k] = v
+	}
+	raw, _ := json.Marshal(map[string]any{"cniVersion": version, "name": "vmlane-test", "plugins": []any{p}})
+	list, err := libcni.ConfListFromBytes(raw)
+	if err != nil {
+		n.t.Fatalf("parsing conflist: %v", err)
+	}
+	return list
+}
+
+func podRT(id string, pod *netnstest.NS) *libcni.RuntimeConf {
+	return &libcni.RuntimeConf{
+		ContainerID: id,
+		NetNS:       pod.Path,
+		IfName:      "eth0",
+		Args: [][2]string{
+			{"IgnoreUnknown", "1"},
+			{"K8S_POD_NAMESPACE", "default"},
+			{"K8S_POD_NAME", "pod-" + id},
+			{"K8S_POD_UID", "uid-" + id},
+		},
+	}
+}
+
+// in runs fn with the calling thread in the node netns, so the plugin that
+// libcni executes runs there too.
+func (n *node) in(fn func() error) error { return n.ns.Do(fn) }
+
+func (n *node) add(list *libcni.NetworkConfigList, rt *libcni.RuntimeConf) (*current.Result, error) {
+	var res types.Result
+	err := n.in(func() (err error) {
+		res, err = n.cni.AddNetworkList(context.Background(), list, rt)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	r, err := current.NewResultFromResult(res)
+	if err != nil {
+		n.t.Fatalf("converting result: %v", err)
+	}
+	return r, nil
+}
+
+func (n *node) del(list *libcni.NetworkConfigList, rt *libcni.RuntimeConf) error {
+	return n.in(func() error { return n.cni.DelNetworkList(context.Background(), list, rt) })
+}
+
+func (n *node) check(list *libcni.NetworkConfigList, rt *libcni.RuntimeConf) error {
+	return n.in(func() error { return n.cni.CheckNetworkList(context.Background(), list, rt) })
+}
+
+func (n *node) status(list *libcni.NetworkConfigList) error {
+	return n.in(func() error { return n.cni.GetStatusNetworkList(context.Background(), list) })
+}
+
+func (n *node) gc(list *libcni.NetworkConfigList, valid ...*libcni.RuntimeConf) error {
+	args := &libcni.GCArgs{}
+	for _, rt := range valid {
+		args.ValidAttachments = append(args.ValidAttachments, types.GCAttachment{ContainerID: rt.ContainerID, IfName: rt.IfName})
+	}
+	return n.in(func() error { return n.cni.GCNetworkList(context.Background(), list, args) })
+}
+
+func (n *node) leaseList() []leases.Lease {
+	n.t.Helper()
+	s, err := leases.Read(n.leases)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return s.Leases()
+}
+
+// hostVeths lists the vmlane host veths in the node netns.
+func (n *node) hostVeths() []string {
+	n.t.Helper()
+	out := n.ns.MustRun(n.t, "ip", "-o", "link", "show")
+	var names []string
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		name := strings.SplitN(strings.TrimSuffix(f[1], ":"), "@", 2)[0]
+		if len(name) == 14 && strings.HasPrefix(name, "vml") {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// assertClean checks nothing is left of any attachment.
+func (n *node) assertClean(pods ...*netnstest.NS) {
+	n.t.Helper()
+	if ls := n.leaseList(); len(ls) != 0 {
+		n.t.Errorf("leases left: %+v", ls)
+	}
+	if v := n.hostVeths(); len(v) != 0 {
+		n.t.Errorf("host veths left: %v", v)
+	}
+	for _, p := range pods {
+		out := p.MustRun(n.t, "ip", "-o", "link", "show")
+		if strings.Count(out, "\n") != 1 { // lo only
+			n.t.Errorf("links left in %s:\n%s", p.Name, out)
+		}
+	}
+}
+
+func cniCode(err error) uint {
+	var e *types.Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return 0
+}
+
+func TestCNILifecycleEveryVersion(t *testing.T) {
+	for _, version := range allVersions {
+		for _, vm := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/vm=%v", version, vm), func(t *testing.T) {
+				n := newNode(t, "10.250.3.0/24")
+				pod := netnstest.New(t, "pod")
+				list := n.conf(version, vm, nil)
+				rt := podRT("c1", pod)
+
+				r, err := n.add(list, rt)
+				if err != nil {
+					t.Fatalf("ADD: %v", err)
+				}
+				wantIfs := 3
+				if vm {
+					wantIfs = 4
+				}
+				if len(r.Interfaces) != wantIfs || len(r.IPs) != 1 {
+					t.Fatalf("result has %d interfaces and %d IPs, want %d and 1: %+v", len(r.Interfaces), len(r.IPs), wantIfs, r)
+				}
+				ip, _ := netip.AddrFromSlice(r.IPs[0].Address.IP.To4())
+				if ip.String() != "10.250.3.2" || r.IPs[0].Gateway.String() != "10.250.3.1" {
+					t.Errorf("result IP %s gw %s, want 10.250.3.2 gw 10.250.3.1", ip, r.IPs[0].Gateway)
+				}
+				ls := n.leaseList()
+				if len(ls) != 1 || ls[0].IP != ip || ls[0].Pod.Name != "pod-c1" || ls[0].State != leases.StateReserved {
+					t.Fatalf("leases after ADD: %+v", ls)
+				}
+				podLinks := pod.MustRun(t, "ip", "-o", "addr", "show")
+				if vm {
+					if r.Interfaces[3].Name != "tap0" || r.Interfaces[3].Mac != plugin.DeriveMAC(ip) || *r.IPs[0].Interface != 3 {
+						t.Errorf("VM result: tap %+v, ip on interface %d", r.Interfaces[3], *r.IPs[0].Interface)
+					}
+					if strings.Contains(podLinks, "10.250.3.2") {
+						t.Errorf("VM pod netns has the VM's address:\n%s", podLinks)
+					}
+					for _, dev := range []string{"tap0", "eth0"} {
+						f := pod.MustRun(t, "tc", "filter", "show", "dev", dev, "ingress")
+						if !strings.Contains(f, "Egress Redirect to device") {
+							t.Errorf("no redirect on %s:\n%s", dev, f)
+						}
+					}
+				} else if !strings.Contains(podLinks, "10.250.3.2/24") {
+					t.Errorf("pod netns lacks 10.250.3.2/24:\n%s", podLinks)
+				}
+				if version != "0.3.0" && version != "0.3.1" {
+					if err := n.check(list, rt); err != nil {
+						t.Errorf("CHECK: %v", err)
+					}
+				}
+				if version == "1.1.0" {
+					if err := n.status(list); err != nil {
+						t.Errorf("STATUS: %v", err)
+					}
+				}
+				if err := n.del(list, rt); err != nil {
+					t.Fatalf("DEL: %v", err)
+				}
+				if err := n.del(list, rt); err != nil {
+					t.Fatalf("second DEL: %v", err)
+				}
+				n.assertClean(pod)
+			})
+		}
+	}
+}
+
+func TestCNICheckDetectsDamage(t *testing.T) {
+	n := newNode(t, "10.250.4.0/24")
+	pod := netnstest.New(t, "pod")
+	list := n.conf("1.1.0", true, nil)
+	rt := podRT("c1", pod)
+	if _, err := n.add(list, rt); err != nil {
+		t.Fatal(err)
+	}
+	pod.MustRun(t, "tc", "qdisc", "del", "dev", "tap0", "ingress")
+	err := n.check(list, rt)
+	if err == nil || !strings.Contains(err.Error(), "no redirect from tap0 to eth0") {
+		t.Fatalf("CHECK after removing the TAP's redirect = %v, want it named", err)
+	}
+	if err := n.del(list, rt); err != nil {
+		t.Fatal(err)
+	}
+	n.assertClean(pod)
+}
+
+func TestCNIAddRetriedGivesSameAddress(t *testing.T) {
+	n := newNode(t, "10.250.5.0/24")
+	pod := netnstest.New(t, "pod")
+	list := n.conf("1.1.0", true, nil)
+	rt := podRT("c1", pod)
+	first, err := n.add(list, rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := n.add(list, rt)
+	if err != nil {
+		t.Fatalf("retried ADD: %v", err)
+	}
+	if first.IPs[0].Address.String() != again.IPs[0].Address.String() || first.Interfaces[3].Mac != again.Interfaces[3].Mac {
+		t.Errorf("retried ADD gave %s/%s, first gave %s/%s", again.IPs[0].Address.String(), again.Interfaces[3].Mac, first.IPs[0].Address.String(), first.Interfaces[3].Mac)
+	}
+	if ls, v := n.leaseList(), n.hostVeths(); len(ls) != 1 || len(v) != 1 {
+		t.Errorf("after retried ADD: %d leases, host veths %v; want 1 and 1", len(ls), v)
+	}
+	if err := n.del(list, rt); err != nil {
+		t.Fatal(err)
+	}
+	n.assertClean(pod)
+}
+
+func TestCNIBadInputLeaksNothing(t *testing.T) {
+	n := newNode(t, "10.250.6.0/24")
+	pod := netnstest.New(t, "pod")
+	// A veth stands for the host's uplink: this kernel has no dummy links.
+	n.ns.MustRun(t, "ip", "link", "add", "uplink0", "type", "veth", "peer", "name", "uplink0p")
+	for _, tc := range []struct {
+		name     string
+		version  string
+		extra    map[string]any
+		netns    string
+		wantCode uint
+		wantMsg  string
+	}{
+		{name: "bridge is the uplink", version: "1.1.0", extra: map[string]any{"bridge": "uplink0"}, wantCode: 7, wantMsg: `invalid bridge "uplink0"`},
+		{name: "bad subnet", version: "1.1.0", extra: map[string]any{"subnet": "10.250.6.0/33"}, wantCode: 7, wantMsg: `invalid subnet "10.250.6.0/33"`},
+		{name: "gateway outside", version: "1.1.0", extra: map[string]any{"gateway": "10.9.9.9"}, wantCode: 7, wantMsg: `invalid gateway "10.9.9.9"`},
+		{name: "mtu", version: "1.1.0", extra: map[string]any{"mtu": 70000}, wantCode: 7, wantMsg: "invalid mtu 70000"},
+		{name: "unknown version", version: "9.9.9", wantCode: 1},
+		{name: "missing netns", version: "1.1.0", netns: "/var/run/netns/vmlt-does-not-exist", wantCode: 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rt := podRT("c1", pod)
+			if tc.netns != "" {
+				rt.NetNS = tc.netns
+			}
+			_, err := n.add(n.conf(tc.version, true, tc.extra), rt)
+			if code := cniCode(err); code != tc.wantCode || !strings.Contains(fmt.Sprint(err), tc.wantMsg) {
+				t.Errorf("ADD = %v (code %d), want code %d containing %q", err, code, tc.wantCode, tc.wantMsg)
+			}
+			n.assertClean(pod)
+		})
+	}
+	if out := n.ns.MustRun(t, "ip", "-o", "addr", "show", "dev", "uplink0"); strings.Contains(out, "inet ") {
+		t.Errorf("the plugin touched the uplink: %s", out)
+	}
+}
+
+func TestCNISubnetFull(t *testing.T) {
+	n := newNode(t, "10.250.7.0/30") // one usable address besides the gateway
+	pods := []*netnstest.NS{netnstest.New(t, "pod"), netnstest.New(t, "pod")}
+	list := n.conf("1.1.0", false, nil)
+	if _, err := n.add(list, podRT("c1", pods[0])); err != nil {
+		t.Fatal(err)
+	}
+	_, err := n.add(list, podRT("c2", pods[1]))
+	if err == nil || !strings.Contains(err.Error(), "10.250.7.0/30 is full") {
+		t.Fatalf("ADD on a full subnet = %v, want an error naming the full subnet", err)
+	}
+	if err := n.status(list); cniCode(err) != 50 {
+		t.Errorf("STATUS on a full subnet = %v, want code 50", err)
+	}
+	if err := n.del(list, podRT("c1", pods[0])); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.status(list); err != nil {
+		t.Errorf("STATUS after DEL = %v", err)
+	}
+	n.assertClean(pods...)
+}
+
+func TestCNIStatusWithoutBridge(t *testing.T) {
+	n := newNode(t, "10.250.8.0/24")
+	if err := n.status(n.conf("1.1.0", true, nil)); cniCode(err) != 50 {
+		t.Errorf("STATUS before any ADD (no bridge) = %v, want code 50", err)
+	}
+}
+
+func TestCNIGCReleasesStaleAttachments(t *testing.T) {
+	n := newNode(t, "10.250.9.0/24")
+	list := n.conf("1.1.0", true, nil)
+	var rts []*libcni.RuntimeConf
+	for i := range 3 {
+		pod := netnstest.New(t, "pod")
+		rt := podRT(fmt.Sprintf("c%d", i), pod)
+		if _, err := n.add(list, rt); err != nil {
+			t.Fatal(err)
+		}
+		rts = append(rts, rt)
+	}
+	if err := n.gc(list, rts[1]); err != nil {
+		t.Fatalf("GC: %v", err)
+	}
+	ls := n.leaseList()
+	if len(ls) != 1 || ls[0].ContainerID != "c1" {
+		t.Fatalf("leases after GC: %+v, want only c1", ls)
+	}
+	if v := n.hostVeths(); len(v) != 1 || v[0] != plugin.HostVethName(leases.Key{ContainerID: "c1", IfName: "eth0"}) {
+		t.Errorf("host veths after GC: %v", v)
+	}
+}
+
+func TestCNIConcurrentAdds(t *testing.T) {
+	const pods = 64
+	n := newNode(t, "10.250.10.0/24")
+	list := n.conf("1.1.0", true, nil)
+	nss := make([]*netnstest.NS, pods)
+	for i := range nss {
+		nss[i] = netnstest.New(t, "pod")
+	}
+	errs := make([]error, pods)
+	results := make([]*current.Result, pods)
+	var wg sync.WaitGroup
+	for i := range pods {
+		wg.Go(func() {
+			results[i], errs[i] = n.add(list, podRT(fmt.Sprintf("c%02d", i), nss[i]))
+		})
+	}
+	wg.Wait()
+	seen := map[string]int{}
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("ADD %d: %v", i, err)
+		}
+		ip := results[i].IPs[0].Address.IP.String()
+		if j, dup := seen[ip]; dup {
+			t.Errorf("%s handed to both %d and %d", ip, j, i)
+		}
+		seen[ip] = i
+	}
+	if ls := n.leaseList(); len(ls) != pods {
+		t.Errorf("%d leases after %d ADDs", len(ls), pods)
+	}
+	for i := range pods {
+		wg.Go(func() { errs[i] = n.del(list, podRT(fmt.Sprintf("c%02d", i), nss[i])) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	n.assertClean(nss...)
+	for _, p := range nss {
+		if q := p.MustRun(t, "tc", "qdisc", "show"); strings.Contains(q, "ingress") {
+			t.Errorf("ingress qdisc left in %s: %s", p.Name, q)
+		}
+	}
+}
+
+func TestPlainPodReachesGateway(t *testing.T) {
+	n := newNode(t, "10.250.11.0/24")
+	pod := netnstest.New(t, "pod")
+	privtest.Require(t, "ping")
+	list := n.conf("1.1.0", false, nil)
+	if _, err := n.add(list, podRT("c1", pod)); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := pod.Run("ping", "-c", "2", "-W", "2", "10.250.11.1"); err != nil {
+		t.Fatalf("pod cannot ping its gateway: %v\n%s", err, out)
+	}
+	if err := n.del(list, podRT("c1", pod)); err != nil {
+		t.Fatal(err)
+	}
+}
