@@ -1,0 +1,216 @@
+package testvm
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Mode is how the guest configures its NIC.
+type Mode string
+
+// The modes guest/init understands (vmlane.mode=).
+const (
+	// ModeStatic sets Config.IP and a default route via Config.Gateway.
+	ModeStatic Mode = "static"
+	// ModeDHCP runs busybox udhcpc and applies the lease, honouring
+	// option 121 over option 3 as RFC 3442 requires.
+	ModeDHCP Mode = "dhcp"
+)
+
+// Defaults applied by [Guest.Start] to zero fields of a [Config].
+const (
+	DefaultMemory    = "128M"
+	DefaultTimeout   = 2 * time.Minute
+	DefaultPingCount = 3
+)
+
+// netnsDir is where `ip netns add` pins named namespaces.
+const netnsDir = "/var/run/netns"
+
+// Config describes one guest run.
+type Config struct {
+	// NetNS is the network namespace QEMU runs in, where Tap lives: a name
+	// as given to `ip netns add`, or a path such as /var/run/netns/NAME or
+	// /proc/PID/ns/net. Empty means the caller's own namespace.
+	NetNS string
+	// Tap is the existing TAP device QEMU attaches the guest's NIC to.
+	Tap string
+	// MAC is the guest NIC's address. Empty picks a random locally
+	// administered one; [VM.Config] reports it.
+	MAC string
+	// Mode is ModeStatic (the default) or ModeDHCP.
+	Mode Mode
+	// IP is the static address in CIDR form, e.g. 10.1.2.3/24.
+	IP string
+	// Gateway is the static default gateway. Empty sets no default route.
+	Gateway string
+	// Ping lists the addresses the guest pings once configured. Empty
+	// pings the gateway (static) or the router the lease named (dhcp).
+	Ping []string
+	// PingCount is the number of echo requests per target (default 3).
+	PingCount int
+	// Hold keeps the guest running after its pings, answering pings from
+	// others, until [VM.Stop] or the context or Timeout ends it.
+	Hold bool
+	// Timeout bounds the whole run, Hold or not (default 2 minutes).
+	Timeout time.Duration
+	// Memory is QEMU's -m argument (default 128M).
+	Memory string
+}
+
+// withDefaults returns c with zero fields filled in and checks it. Every
+// value that ends up on the kernel command line is parsed here, so none can
+// smuggle in a space or another vmlane.* option.
+func (c Config) withDefaults() (Config, error) {
+	if c.Mode == "" {
+		c.Mode = ModeStatic
+	}
+	if c.PingCount == 0 {
+		c.PingCount = DefaultPingCount
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.Memory == "" {
+		c.Memory = DefaultMemory
+	}
+	if c.MAC == "" {
+		mac, err := randomMAC()
+		if err != nil {
+			return c, err
+		}
+		c.MAC = mac
+	}
+
+	var errs []error
+	if c.Tap == "" {
+		errs = append(errs, errors.New("no tap device"))
+	} else if strings.ContainsAny(c.Tap, ", /=") || len(c.Tap) >= 16 {
+		errs = append(errs, fmt.Errorf("bad tap device name %q", c.Tap))
+	}
+	if hw, err := net.ParseMAC(c.MAC); err != nil || len(hw) != 6 {
+		errs = append(errs, fmt.Errorf("bad mac %q", c.MAC))
+	} else {
+		c.MAC = hw.String() // lower case, as the guest's sysfs spells it
+	}
+	switch c.Mode {
+	case ModeStatic:
+		if _, err := netip.ParsePrefix(c.IP); err != nil {
+			errs = append(errs, fmt.Errorf("static mode needs ip in CIDR form: %w", err))
+		}
+	case ModeDHCP:
+		if c.IP != "" {
+			errs = append(errs, fmt.Errorf("dhcp mode takes no ip, got %q", c.IP))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("unknown mode %q", c.Mode))
+	}
+	if c.Gateway != "" {
+		if _, err := netip.ParseAddr(c.Gateway); err != nil {
+			errs = append(errs, fmt.Errorf("bad gateway: %w", err))
+		}
+	}
+	for _, p := range c.Ping {
+		if _, err := netip.ParseAddr(p); err != nil {
+			errs = append(errs, fmt.Errorf("bad ping target: %w", err))
+		}
+	}
+	if c.PingCount < 0 {
+		errs = append(errs, fmt.Errorf("negative ping count %d", c.PingCount))
+	}
+	if c.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("negative timeout %v", c.Timeout))
+	}
+	if strings.ContainsAny(c.Memory, " ,") {
+		errs = append(errs, fmt.Errorf("bad memory size %q", c.Memory))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return c, fmt.Errorf("testvm: config: %w", err)
+	}
+	return c, nil
+}
+
+// randomMAC returns a random unicast, locally administered MAC address.
+func randomMAC() (string, error) {
+	b := make([]byte, 6)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("testvm: random mac: %w", err)
+	}
+	b[0] = b[0]&^0x01 | 0x02 // unicast, locally administered
+	return net.HardwareAddr(b).String(), nil
+}
+
+// kernelCmdline is the -append string for c, which must have been through
+// withDefaults.
+func (c Config) kernelCmdline() string {
+	// quiet loglevel=1 keeps the console to our VMLANE-* lines; panic=-1
+	// with QEMU's -no-reboot turns a dying /init into a prompt exit rather
+	// than a hang until Timeout.
+	args := []string{
+		"console=ttyS0", "quiet", "loglevel=1", "panic=-1",
+		"vmlane.mode=" + string(c.Mode),
+		"vmlane.mac=" + c.MAC,
+		"vmlane.pingcount=" + strconv.Itoa(c.PingCount),
+	}
+	if c.IP != "" {
+		args = append(args, "vmlane.ip="+c.IP)
+	}
+	if c.Gateway != "" {
+		args = append(args, "vmlane.gw="+c.Gateway)
+	}
+	if len(c.Ping) > 0 {
+		args = append(args, "vmlane.ping="+strings.Join(c.Ping, ","))
+	}
+	if c.Hold {
+		args = append(args, "vmlane.hold=1")
+	}
+	return strings.Join(args, " ")
+}
+
+// netnsPath resolves Config.NetNS to a namespace file, "" for none.
+func netnsPath(ns string) string {
+	if ns == "" || strings.Contains(ns, "/") {
+		return ns
+	}
+	return filepath.Join(netnsDir, ns)
+}
+
+// command is the argv that runs the guest for c, which must have been
+// through withDefaults.
+func (g Guest) command(c Config) []string {
+	var argv []string
+	if ns := netnsPath(c.NetNS); ns != "" {
+		// nsenter rather than `ip netns exec`: it takes a path as well as a
+		// name, and it execs QEMU in place, so the PID we kill is QEMU's.
+		argv = append(argv, "nsenter", "--net="+ns, "--")
+	}
+	argv = append(argv,
+		"qemu-system-x86_64",
+		"-accel", "tcg",
+		"-machine", "pc",
+		"-m", c.Memory,
+		"-nodefaults", "-no-user-config",
+		// -display none plus one explicit stdio chardev rather than
+		// -nographic, which would multiplex a monitor onto stdout too.
+		// signal=off: a ^C for the test binary is not QEMU's business.
+		"-display", "none",
+		"-chardev", "stdio,id=con0,signal=off",
+		"-serial", "chardev:con0",
+		"-kernel", g.Kernel,
+		"-initrd", g.Initrd,
+		"-append", c.kernelCmdline(),
+		"-netdev", "tap,id=n0,ifname="+c.Tap+",script=no,downscript=no,vhost=off",
+		// romfile= skips the iPXE option ROM: nothing boots from the network.
+		"-device", "virtio-net-pci,netdev=n0,mac="+c.MAC+",romfile=",
+		// Power-off and reboot (and, with panic=-1, a panic) end QEMU.
+		"-no-reboot",
+	)
+	return argv
+}

@@ -1,0 +1,313 @@
+package testvm
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The console protocol of guest/init and guest/udhcpc.script: one report
+// per line, "VMLANE-KIND" followed by space-separated fields that are
+// key=value pairs or bare words. Values hold no spaces; lists are
+// comma-joined.
+const linePrefix = "VMLANE-"
+
+// Report kinds.
+const (
+	kindNet   = "NET"   // NIC configured: iface mac ip gw mode
+	kindReady = "READY" // configuration done, pings about to start
+	kindDHCP  = "DHCP"  // one udhcpc event, with the lease on bound/renew
+	kindPing  = "PING"  // target ok|fail sent recv
+	kindError = "ERROR" // msg
+	kindHold  = "HOLD"  // pings done, staying up
+	kindDone  = "DONE"  // errors uptime, just before poweroff
+)
+
+// event is one parsed console report.
+type event struct {
+	kind   string
+	words  []string          // bare words, in order
+	fields map[string]string // key=value pairs
+}
+
+// parseLine parses one console line. ok is false for lines that carry no
+// report (kernel messages, udhcpc chatter). A report may follow other text
+// on the same line, as when a kernel message and ours interleave on the
+// serial port; a trailing \r from the tty is ignored.
+func parseLine(line string) (ev event, ok bool) {
+	i := strings.Index(line, linePrefix)
+	if i < 0 {
+		return event{}, false
+	}
+	toks := strings.Fields(line[i+len(linePrefix):])
+	if len(toks) == 0 || strings.Contains(toks[0], "=") {
+		return event{}, false
+	}
+	ev = event{kind: toks[0], fields: map[string]string{}}
+	for _, t := range toks[1:] {
+		if k, v, found := strings.Cut(t, "="); found {
+			ev.fields[k] = v
+		} else {
+			ev.words = append(ev.words, t)
+		}
+	}
+	return ev, true
+}
+
+// String formats e in the console syntax, fields sorted by key, so that
+// parseLine(e.String()) gives e back.
+func (e event) String() string {
+	var b strings.Builder
+	b.WriteString(linePrefix + e.kind)
+	for _, w := range e.words {
+		b.WriteString(" " + w)
+	}
+	for _, k := range slices.Sorted(maps.Keys(e.fields)) {
+		b.WriteString(" " + k + "=" + e.fields[k])
+	}
+	return b.String()
+}
+
+// Result is what the guest reported on its console.
+type Result struct {
+	// Net is the NIC as configured (VMLANE-NET), nil if never reported.
+	Net *NetInfo
+	// DHCP is the last lease udhcpc bound or renewed, nil if none.
+	DHCP *Lease
+	// DHCPEvents lists udhcpc's events in order: deconfig, bound, renew,
+	// nak, leasefail.
+	DHCPEvents []string
+	// Pings holds one entry per ping target, in order.
+	Pings []PingResult
+	// Errors holds the guest's VMLANE-ERROR messages and reports this
+	// package could not parse.
+	Errors []string
+	// Ready is set once the guest finished configuring its NIC, Held once
+	// a Hold guest finished pinging, Done once it is about to power off.
+	Ready, Held, Done bool
+	// ReadyAfter and DoneAfter are the times from start to VMLANE-READY
+	// and VMLANE-DONE as seen by the host.
+	ReadyAfter, DoneAfter time.Duration
+	// Uptime is the guest's own uptime at VMLANE-DONE or VMLANE-HOLD.
+	Uptime time.Duration
+	// Console is the whole serial output, for test failure messages.
+	Console string
+	// Stderr is QEMU's own diagnostics (tap errors and the like).
+	Stderr string
+}
+
+// NetInfo is a VMLANE-NET report.
+type NetInfo struct {
+	Iface   string
+	MAC     string
+	Addrs   []netip.Prefix
+	Gateway netip.Addr // zero if none
+	Mode    Mode
+}
+
+// Lease is a VMLANE-DHCP bound or renew report: the options udhcpc got.
+// Zero values mean the server did not send the option.
+type Lease struct {
+	IP       netip.Addr
+	Bits     int // prefix length from option 1
+	Routers  []netip.Addr
+	DNS      []netip.Addr
+	Domain   string
+	Search   []string
+	Hostname string
+	MTU      int
+	Lease    time.Duration
+	ServerID netip.Addr
+	// Routes are option 121 classless static routes; a zero Gateway is an
+	// on-link route.
+	Routes []Route
+}
+
+// Prefix is the leased address with its prefix length.
+func (l *Lease) Prefix() netip.Prefix { return netip.PrefixFrom(l.IP, l.Bits) }
+
+// Route is one classless static route (RFC 3442).
+type Route struct {
+	Dst     netip.Prefix
+	Gateway netip.Addr
+}
+
+// PingResult is a VMLANE-PING report.
+type PingResult struct {
+	Target     string
+	OK         bool
+	Sent, Recv int
+}
+
+// Ping returns the result for target, ok false if it was not pinged.
+func (r *Result) Ping(target string) (p PingResult, ok bool) {
+	for _, p := range r.Pings {
+		if p.Target == target {
+			return p, true
+		}
+	}
+	return PingResult{}, false
+}
+
+// apply records ev, seen at time at since start, in r.
+func (r *Result) apply(ev event, at time.Duration) {
+	var err error
+	switch ev.kind {
+	case kindNet:
+		r.Net, err = parseNet(ev)
+	case kindReady:
+		r.Ready, r.ReadyAfter = true, at
+	case kindDHCP:
+		name := ev.fields["event"]
+		r.DHCPEvents = append(r.DHCPEvents, name)
+		if name == "bound" || name == "renew" {
+			r.DHCP, err = parseLease(ev)
+		}
+	case kindPing:
+		var p PingResult
+		p, err = parsePing(ev)
+		r.Pings = append(r.Pings, p)
+	case kindError:
+		r.Errors = append(r.Errors, "guest: "+strings.ReplaceAll(ev.fields["msg"], "_", " "))
+	case kindHold:
+		r.Held = true
+		r.Uptime, err = parseUptime(ev.fields["uptime"])
+	case kindDone:
+		r.Done, r.DoneAfter = true, at
+		r.Uptime, err = parseUptime(ev.fields["uptime"])
+	default:
+		err = fmt.Errorf("unknown report kind")
+	}
+	if err != nil {
+		r.Errors = append(r.Errors, fmt.Sprintf("parsing %q: %v", ev.String(), err))
+	}
+}
+
+func parseNet(ev event) (*NetInfo, error) {
+	n := &NetInfo{Iface: ev.fields["iface"], MAC: ev.fields["mac"], Mode: Mode(ev.fields["mode"])}
+	var err error
+	if n.Addrs, err = parseList(ev.fields["ip"], netip.ParsePrefix); err != nil {
+		return n, err
+	}
+	n.Gateway, err = parseOptAddr(ev.fields["gw"])
+	return n, err
+}
+
+func parseLease(ev event) (*Lease, error) {
+	f := ev.fields
+	l := &Lease{Domain: f["domain"], Hostname: f["hostname"]}
+	var errs []error
+	collect := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	var err error
+	l.IP, err = parseOptAddr(f["ip"])
+	collect(err)
+	l.Bits, err = parseOptInt(f["mask"])
+	collect(err)
+	l.Routers, err = parseList(f["router"], netip.ParseAddr)
+	collect(err)
+	l.DNS, err = parseList(f["dns"], netip.ParseAddr)
+	collect(err)
+	l.Search, _ = parseList(f["search"], func(s string) (string, error) { return s, nil })
+	l.MTU, err = parseOptInt(f["mtu"])
+	collect(err)
+	secs, err := parseOptInt(f["lease"])
+	collect(err)
+	l.Lease = time.Duration(secs) * time.Second
+	l.ServerID, err = parseOptAddr(f["serverid"])
+	collect(err)
+	l.Routes, err = parseList(f["routes"], parseRoute)
+	collect(err)
+	if len(errs) > 0 {
+		return l, fmt.Errorf("%v", errs)
+	}
+	return l, nil
+}
+
+// parseRoute parses "dst/len:gw" as guest/udhcpc.script writes option 121.
+func parseRoute(s string) (Route, error) {
+	dst, gw, ok := strings.Cut(s, ":")
+	if !ok {
+		return Route{}, fmt.Errorf("route %q: want dst/len:gw", s)
+	}
+	var r Route
+	var err error
+	if r.Dst, err = netip.ParsePrefix(dst); err != nil {
+		return r, err
+	}
+	if r.Gateway, err = netip.ParseAddr(gw); err != nil {
+		return r, err
+	}
+	if r.Gateway.IsUnspecified() {
+		r.Gateway = netip.Addr{}
+	}
+	return r, nil
+}
+
+func parsePing(ev event) (PingResult, error) {
+	p := PingResult{Target: ev.fields["target"]}
+	for _, w := range ev.words {
+		switch w {
+		case "ok":
+			p.OK = true
+		case "fail":
+		default:
+			return p, fmt.Errorf("unknown word %q", w)
+		}
+	}
+	var err error
+	if p.Sent, err = parseOptInt(ev.fields["sent"]); err != nil {
+		return p, err
+	}
+	p.Recv, err = parseOptInt(ev.fields["recv"])
+	return p, err
+}
+
+// parseUptime parses /proc/uptime's "12.34" seconds.
+func parseUptime(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	secs, err := strconv.ParseFloat(s, 64)
+	if err != nil || !(secs >= 0 && secs <= 1e9) { // NaN fails both
+		return 0, fmt.Errorf("bad uptime %q", s)
+	}
+	return time.Duration(secs * float64(time.Second)), nil
+}
+
+func parseOptAddr(s string) (netip.Addr, error) {
+	if s == "" {
+		return netip.Addr{}, nil
+	}
+	return netip.ParseAddr(s)
+}
+
+func parseOptInt(s string) (int, error) {
+	if s == "" {
+		return 0, nil
+	}
+	return strconv.Atoi(s)
+}
+
+// parseList parses a comma-joined list; empty gives nil.
+func parseList[T any](s string, parse func(string) (T, error)) ([]T, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []T
+	for _, item := range strings.Split(s, ",") {
+		v, err := parse(item)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}

@@ -1,0 +1,213 @@
+package testvm
+
+import (
+	"fmt"
+	"net/netip"
+	"reflect"
+	"testing"
+	"time"
+)
+
+func TestParseLine(t *testing.T) {
+	tests := []struct {
+		name   string
+		line   string
+		want   event
+		wantOK bool
+	}{
+		{
+			name:   "ping with tty carriage return",
+			line:   "VMLANE-PING target=10.1.2.1 ok sent=3 recv=3\r",
+			want:   event{kind: "PING", words: []string{"ok"}, fields: map[string]string{"target": "10.1.2.1", "sent": "3", "recv": "3"}},
+			wantOK: true,
+		},
+		{
+			name:   "kernel message in front",
+			line:   "[    2.926079] virtio_net: oops VMLANE-READY uptime=1.50",
+			want:   event{kind: "READY", fields: map[string]string{"uptime": "1.50"}},
+			wantOK: true,
+		},
+		{
+			name:   "empty values and a value holding =",
+			line:   "VMLANE-DHCP event=bound search= hostname=a=b",
+			want:   event{kind: "DHCP", fields: map[string]string{"event": "bound", "search": "", "hostname": "a=b"}},
+			wantOK: true,
+		},
+		{
+			name:   "bare kind",
+			line:   "VMLANE-DONE",
+			want:   event{kind: "DONE", fields: map[string]string{}},
+			wantOK: true,
+		},
+		{name: "kernel message", line: "[    2.926079] reboot: Power down"},
+		{name: "empty", line: ""},
+		{name: "prefix only", line: "VMLANE-   "},
+		{name: "kind is a field", line: "VMLANE-x=y ok"},
+		{name: "lower case prefix", line: "vmlane-DONE"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := parseLine(tt.line)
+			if ok != tt.wantOK || (ok && !reflect.DeepEqual(got, tt.want)) {
+				t.Errorf("parseLine(%q) = %+v, %v; want %+v, %v", tt.line, got, ok, tt.want, tt.wantOK)
+			}
+		})
+	}
+}
+
+func TestResultApply(t *testing.T) {
+	tests := []struct {
+		name  string
+		lines []string
+		want  Result
+	}{
+		{
+			name: "static run",
+			lines: []string{
+				"VMLANE-NET iface=eth0 mac=52:54:00:12:34:56 ip=10.99.0.2/24 gw=10.99.0.1 mode=static",
+				"VMLANE-READY uptime=2.39",
+				"VMLANE-PING target=10.99.0.1 ok sent=3 recv=3",
+				"VMLANE-PING target=10.99.0.9 fail sent=3 recv=0",
+				"VMLANE-DONE errors=0 uptime=2.92",
+			},
+			want: Result{
+				Net: &NetInfo{
+					Iface:   "eth0",
+					MAC:     "52:54:00:12:34:56",
+					Addrs:   []netip.Prefix{netip.MustParsePrefix("10.99.0.2/24")},
+					Gateway: netip.MustParseAddr("10.99.0.1"),
+					Mode:    ModeStatic,
+				},
+				Pings: []PingResult{
+					{Target: "10.99.0.1", OK: true, Sent: 3, Recv: 3},
+					{Target: "10.99.0.9", Sent: 3},
+				},
+				Ready:      true,
+				Done:       true,
+				ReadyAfter: 2 * time.Second,
+				DoneAfter:  5 * time.Second,
+				Uptime:     2920 * time.Millisecond,
+			},
+		},
+		{
+			name: "dhcp lease with option 121",
+			lines: []string{
+				"VMLANE-DHCP event=deconfig",
+				"VMLANE-DHCP event=nak message=wrong_server",
+				"VMLANE-DHCP event=bound ip=10.99.0.57 mask=24 router=10.99.0.254 dns=10.99.0.1,10.99.0.2 " +
+					"domain=vmlane.test search=a.test,b.test hostname=guest1 mtu=1400 lease=600 serverid=10.99.0.1 " +
+					"routes=0.0.0.0/0:10.99.0.1,10.99.1.0/24:0.0.0.0",
+			},
+			want: Result{
+				DHCPEvents: []string{"deconfig", "nak", "bound"},
+				DHCP: &Lease{
+					IP:       netip.MustParseAddr("10.99.0.57"),
+					Bits:     24,
+					Routers:  []netip.Addr{netip.MustParseAddr("10.99.0.254")},
+					DNS:      []netip.Addr{netip.MustParseAddr("10.99.0.1"), netip.MustParseAddr("10.99.0.2")},
+					Domain:   "vmlane.test",
+					Search:   []string{"a.test", "b.test"},
+					Hostname: "guest1",
+					MTU:      1400,
+					Lease:    10 * time.Minute,
+					ServerID: netip.MustParseAddr("10.99.0.1"),
+					Routes: []Route{
+						{Dst: netip.MustParsePrefix("0.0.0.0/0"), Gateway: netip.MustParseAddr("10.99.0.1")},
+						{Dst: netip.MustParsePrefix("10.99.1.0/24")}, // on-link
+					},
+				},
+			},
+		},
+		{
+			name: "minimal lease leaves absent options zero",
+			lines: []string{
+				"VMLANE-DHCP event=bound ip=10.0.0.5 mask=8 router= dns= domain= search= hostname= mtu= lease= serverid= routes=",
+			},
+			want: Result{
+				DHCPEvents: []string{"bound"},
+				DHCP:       &Lease{IP: netip.MustParseAddr("10.0.0.5"), Bits: 8},
+			},
+		},
+		{
+			name: "guest errors and held guest",
+			lines: []string{
+				"VMLANE-ERROR msg=udhcpc_got_no_lease",
+				"VMLANE-NET iface=eth0 mac=52:54:00:12:34:56 ip= gw= mode=dhcp",
+				"VMLANE-HOLD uptime=3.5",
+			},
+			want: Result{
+				Errors: []string{"guest: udhcpc got no lease"},
+				Net:    &NetInfo{Iface: "eth0", MAC: "52:54:00:12:34:56", Mode: ModeDHCP},
+				Held:   true,
+				Uptime: 3500 * time.Millisecond,
+			},
+		},
+		{
+			name: "unparsable reports become errors",
+			lines: []string{
+				"VMLANE-PING target=10.0.0.1 maybe",
+				"VMLANE-WHAT x=1",
+				"VMLANE-DONE uptime=soon",
+			},
+			want: Result{
+				Pings: []PingResult{{Target: "10.0.0.1"}},
+				Errors: []string{
+					`parsing "VMLANE-PING maybe target=10.0.0.1": unknown word "maybe"`,
+					`parsing "VMLANE-WHAT x=1": unknown report kind`,
+					`parsing "VMLANE-DONE uptime=soon": bad uptime "soon"`,
+				},
+				Done:      true,
+				DoneAfter: 3 * time.Second,
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got Result
+			for i, line := range tt.lines {
+				if ev, ok := parseLine(line); ok {
+					// Report i arrives i+1 seconds after start.
+					got.apply(ev, time.Duration(i+1)*time.Second)
+				} else {
+					t.Fatalf("parseLine(%q) found no report", line)
+				}
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("result:\n got %s\nwant %s", dump(got), dump(tt.want))
+			}
+		})
+	}
+}
+
+// dump prints a Result with its pointers followed, for failure messages.
+func dump(r Result) string {
+	var net, lease string
+	if r.Net != nil {
+		net = fmt.Sprintf("%+v", *r.Net)
+	}
+	if r.DHCP != nil {
+		lease = fmt.Sprintf("%+v", *r.DHCP)
+	}
+	r.Net, r.DHCP = nil, nil
+	return fmt.Sprintf("Net:%s DHCP:%s rest:%+v", net, lease, r)
+}
+
+// FuzzParseLine checks that no console line panics the parser, that every
+// report it finds formats back to itself, and that applying it to a Result
+// does not panic. The seed corpus is in testdata/fuzz/FuzzParseLine.
+func FuzzParseLine(f *testing.F) {
+	f.Add("VMLANE-PING target=10.1.2.1 ok sent=3 recv=3\r")
+	f.Add("VMLANE-DHCP event=bound ip=10.0.0.5 mask=8 routes=0.0.0.0/0:10.0.0.1,10.1.0.0/16:0.0.0.0")
+	f.Fuzz(func(t *testing.T, line string) {
+		ev, ok := parseLine(line)
+		if !ok {
+			return
+		}
+		again, ok := parseLine(ev.String())
+		if !ok || !reflect.DeepEqual(again, ev) {
+			t.Fatalf("parseLine(%q) = %+v, but its String %q parses to %+v, %v", line, ev, ev.String(), again, ok)
+		}
+		var r Result
+		r.apply(ev, time.Second)
+	})
+}

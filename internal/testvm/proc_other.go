@@ -1,0 +1,15 @@
+//go:build !linux
+
+package testvm
+
+import (
+	"errors"
+	"fmt"
+	"io"
+)
+
+// startProcess fails: the guest needs Linux network namespaces and TAP
+// devices.
+func startProcess(argv []string) (io.Reader, process, fmt.Stringer, error) {
+	return nil, nil, nil, fmt.Errorf("test guests run on linux only: %w", errors.ErrUnsupported)
+}
