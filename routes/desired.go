@@ -1,0 +1,144 @@
+package routes
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+)
+
+// Node is what the route controller needs of a Kubernetes Node.
+type Node struct {
+	Name string
+	// PodCIDRs are the node's pod subnets (spec.podCIDRs), IPv4 and IPv6.
+	PodCIDRs []netip.Prefix
+	// Addrs are next-hop candidates in order of preference: the
+	// --node-ip-annotation address, then InternalIPs. The first of a
+	// podCIDR's family is its next hop.
+	Addrs []netip.Addr
+	// Problems are fields that did not parse; the node is used as far as
+	// the rest allows, and each problem is reported as an Event.
+	Problems []string
+}
+
+// Route is a route vmlane wants in the kernel: Dst via Via, for Node.
+type Route struct {
+	Dst  netip.Prefix
+	Via  netip.Addr
+	Node string
+}
+
+func (r Route) String() string { return r.Dst.String() + " via " + r.Via.String() }
+
+// Skip is a route vmlane does not install, and why.
+type Skip struct {
+	Node   string
+	Dst    netip.Prefix
+	Reason string
+}
+
+// Desired is the state the node should be in.
+type Desired struct {
+	// Routes to every other node's pod subnets, sorted by Dst.
+	Routes []Route
+	// Skips lists what could not be routed (reported as Events).
+	Skips []Skip
+	// Self is this node's own pod subnets.
+	Self []netip.Prefix
+	// PodCIDRs is every node's pod subnets, this node's included: the
+	// cluster's pod network when --cluster-cidr is not given.
+	PodCIDRs []netip.Prefix
+}
+
+// Compute is the pure function from the Node list to the desired routes:
+// for every other node, each podCIDR via that node's address of the same
+// family. Nodes without podCIDRs or without an address of the family are
+// skipped. Two nodes whose podCIDRs overlap get neither route for the
+// overlapping subnets (there is no telling which is right), and so does a
+// node whose podCIDR overlaps this node's own.
+func Compute(nodes []Node, self string) Desired {
+	var d Desired
+	for _, n := range nodes {
+		if n.Name == self {
+			d.Self = append(d.Self, n.PodCIDRs...)
+		}
+		d.PodCIDRs = append(d.PodCIDRs, n.PodCIDRs...)
+	}
+	slices.SortFunc(d.PodCIDRs, comparePrefix)
+	d.PodCIDRs = slices.Compact(d.PodCIDRs)
+
+	// owners of each podCIDR, to find overlaps.
+	type claim struct {
+		p    netip.Prefix
+		node string
+	}
+	var claims []claim
+	for _, n := range nodes {
+		for _, p := range n.PodCIDRs {
+			claims = append(claims, claim{p, n.Name})
+		}
+	}
+	overlap := func(node string, p netip.Prefix) string {
+		for _, c := range claims {
+			if c.node != node && c.p.Overlaps(p) {
+				return fmt.Sprintf("podCIDR %s overlaps %s of node %s", p, c.p, c.node)
+			}
+		}
+		return ""
+	}
+
+	for _, n := range nodes {
+		if n.Name == self {
+			continue
+		}
+		if len(n.PodCIDRs) == 0 {
+			d.Skips = append(d.Skips, Skip{Node: n.Name, Reason: "no podCIDRs yet"})
+			continue
+		}
+		for _, p := range n.PodCIDRs {
+			if why := overlap(n.Name, p); why != "" {
+				d.Skips = append(d.Skips, Skip{Node: n.Name, Dst: p, Reason: why})
+				continue
+			}
+			via, ok := firstOfFamily(n.Addrs, p.Addr().Is4())
+			if !ok {
+				d.Skips = append(d.Skips, Skip{Node: n.Name, Dst: p, Reason: fmt.Sprintf("no %s address to route %s via", family(p.Addr()), p)})
+				continue
+			}
+			d.Routes = append(d.Routes, Route{Dst: p, Via: via, Node: n.Name})
+		}
+	}
+	slices.SortFunc(d.Routes, func(a, b Route) int { return comparePrefix(a.Dst, b.Dst) })
+	slices.SortFunc(d.Skips, func(a, b Skip) int {
+		if a.Node != b.Node {
+			if a.Node < b.Node {
+				return -1
+			}
+			return 1
+		}
+		return comparePrefix(a.Dst, b.Dst)
+	})
+	return d
+}
+
+func firstOfFamily(addrs []netip.Addr, v4 bool) (netip.Addr, bool) {
+	for _, a := range addrs {
+		if a.Is4() == v4 {
+			return a, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+func family(a netip.Addr) string {
+	if a.Is4() {
+		return "IPv4"
+	}
+	return "IPv6"
+}
+
+func comparePrefix(a, b netip.Prefix) int {
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c
+	}
+	return a.Bits() - b.Bits()
+}

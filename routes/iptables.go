@@ -1,0 +1,192 @@
+package routes
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// vmlane's own chains. Everything vmlane does in iptables is in these,
+// reached by one jump rule each from the built-in chain.
+const (
+	ChainNAT     = "VMLANE-POSTROUTING"
+	ChainForward = "VMLANE-FORWARD"
+)
+
+// iptablesInterface is the part of github.com/coreos/go-iptables vmlane
+// uses, one per address family.
+type iptablesInterface interface {
+	ChainExists(table, chain string) (bool, error)
+	NewChain(table, chain string) error
+	ClearChain(table, chain string) error
+	DeleteChain(table, chain string) error
+	Exists(table, chain string, rulespec ...string) (bool, error)
+	Insert(table, chain string, pos int, rulespec ...string) error
+	Append(table, chain string, rulespec ...string) error
+	Delete(table, chain string, rulespec ...string) error
+	// List returns the chain as `iptables -S` prints it: the -N line
+	// (for user chains), then one -A line per rule.
+	List(table, chain string) ([]string, error)
+}
+
+// Chain is a rule set vmlane owns, and the jump that reaches it.
+type Chain struct {
+	Table, Name string
+	// From is the built-in chain that jumps here, with JumpComment.
+	From        string
+	JumpComment string
+	Rules       [][]string
+}
+
+// NATOptions says which traffic to masquerade.
+type NATOptions struct {
+	// PodCIDR is this node's pod subnet of the family.
+	PodCIDR netip.Prefix
+	// Cluster is the pod network: --cluster-cidr, or every node's
+	// podCIDRs of the family.
+	Cluster []netip.Prefix
+	// Masquerade turns on NAT for pod traffic leaving the pod network.
+	Masquerade bool
+}
+
+func comment(s string) []string { return []string{"-m", "comment", "--comment", "vmlane: " + s} }
+
+// Chains renders vmlane's chains for one address family: pod-to-pod
+// traffic keeps its source address (so the receiver sees the sender's pod
+// IP), pod traffic to anywhere else is masqueraded, and forwarding to and
+// from the pod subnet is accepted. Pure: tested by its output.
+func Chains(o NATOptions) []Chain {
+	pod := o.PodCIDR.String()
+	nat := Chain{Table: "nat", Name: ChainNAT, From: "POSTROUTING", JumpComment: "vmlane: pod subnet NAT rules"}
+	for _, c := range o.Cluster {
+		nat.Rules = append(nat.Rules, append(append([]string{"-s", pod, "-d", c.String()}, comment("pod to pod network "+c.String()+", no NAT")...), "-j", "RETURN"))
+	}
+	if o.Masquerade {
+		nat.Rules = append(nat.Rules, append(append([]string{"-s", pod}, comment("pod to outside, masquerade")...), "-j", "MASQUERADE"))
+	}
+	fwd := Chain{Table: "filter", Name: ChainForward, From: "FORWARD", JumpComment: "vmlane: pod subnet forwarding"}
+	fwd.Rules = [][]string{
+		append(append([]string{"-s", pod}, comment("forward from pods")...), "-j", "ACCEPT"),
+		append(append([]string{"-d", pod}, comment("forward to pods")...), "-j", "ACCEPT"),
+	}
+	return []Chain{nat, fwd}
+}
+
+// EnsureChains makes each chain hold exactly its rules, in order, and the
+// jump to it exist. A chain with any rule missing, extra or out of place is
+// rebuilt whole (flushed and refilled), so a half-edited chain never stays.
+// It reports whether it changed anything.
+func EnsureChains(ipt iptablesInterface, chains []Chain) (bool, error) {
+	changed := false
+	var errs []error
+	for _, c := range chains {
+		ok, err := chainIntact(ipt, c)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !ok {
+			changed = true
+			if err := rebuild(ipt, c); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
+		jump := c.jump()
+		exists, err := ipt.Exists(c.Table, c.From, jump...)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("checking jump %s -> %s: %w", c.From, c.Name, err))
+			continue
+		}
+		if !exists {
+			changed = true
+			// First, so no rule of another owner before it can accept
+			// or NAT pod traffic first.
+			if err := ipt.Insert(c.Table, c.From, 1, jump...); err != nil {
+				errs = append(errs, fmt.Errorf("adding jump %s -> %s: %w", c.From, c.Name, err))
+			}
+		}
+	}
+	return changed, errors.Join(errs...)
+}
+
+// jump is the rule in From that reaches the chain.
+func (c Chain) jump() []string {
+	return []string{"-m", "comment", "--comment", c.JumpComment, "-j", c.Name}
+}
+
+func chainIntact(ipt iptablesInterface, c Chain) (bool, error) {
+	exists, err := ipt.ChainExists(c.Table, c.Name)
+	if err != nil || !exists {
+		return false, err
+	}
+	lines, err := ipt.List(c.Table, c.Name)
+	if err != nil {
+		return false, fmt.Errorf("listing %s/%s: %w", c.Table, c.Name, err)
+	}
+	n := 0
+	for _, l := range lines {
+		if strings.HasPrefix(l, "-A ") {
+			n++
+		}
+	}
+	if n != len(c.Rules) {
+		return false, nil
+	}
+	for _, r := range c.Rules {
+		ok, err := ipt.Exists(c.Table, c.Name, r...)
+		if err != nil || !ok {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+func rebuild(ipt iptablesInterface, c Chain) error {
+	// ClearChain creates the chain when missing, and flushes it otherwise.
+	if err := ipt.ClearChain(c.Table, c.Name); err != nil {
+		return fmt.Errorf("flushing %s/%s: %w", c.Table, c.Name, err)
+	}
+	for _, r := range c.Rules {
+		if err := ipt.Append(c.Table, c.Name, r...); err != nil {
+			return fmt.Errorf("adding rule to %s/%s: %w", c.Table, c.Name, err)
+		}
+	}
+	return nil
+}
+
+// RemoveChains deletes the jumps and the chains: what `vmlanectl teardown`
+// does. Missing pieces are not errors.
+func RemoveChains(ipt iptablesInterface, chains []Chain) error {
+	var errs []error
+	for _, c := range chains {
+		jump := c.jump()
+		for {
+			ok, err := ipt.Exists(c.Table, c.From, jump...)
+			if err != nil || !ok {
+				break
+			}
+			if err := ipt.Delete(c.Table, c.From, jump...); err != nil {
+				errs = append(errs, err)
+				break
+			}
+		}
+		exists, err := ipt.ChainExists(c.Table, c.Name)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !exists {
+			continue
+		}
+		if err := ipt.ClearChain(c.Table, c.Name); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := ipt.DeleteChain(c.Table, c.Name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

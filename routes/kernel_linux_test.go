@@ -1,0 +1,167 @@
+package routes
+
+import (
+	"context"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmlane/vmlane/internal/netnstest"
+	"github.com/vmlane/vmlane/internal/privtest"
+)
+
+// kernelNode is a netns with eth0 (192.168.77.1/24) on a veth to a peer
+// netns (192.168.77.2), so 192.168.77.2 is a directly reachable next hop and
+// 10.0.0.9 (via the peer) is not.
+func kernelNode(t *testing.T) *netnstest.NS {
+	t.Helper()
+	privtest.Require(t, "ip", "iptables")
+	n := netnstest.New(t, "rt")
+	peer := netnstest.New(t, "peer")
+	n.MustRun(t, "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth0p")
+	n.MustRun(t, "ip", "link", "set", "eth0p", "netns", peer.Name)
+	n.MustRun(t, "ip", "addr", "add", "192.168.77.1/24", "dev", "eth0")
+	n.MustRun(t, "ip", "link", "set", "eth0", "up")
+	peer.MustRun(t, "ip", "addr", "add", "192.168.77.2/24", "dev", "eth0p")
+	peer.MustRun(t, "ip", "link", "set", "eth0p", "up")
+	n.MustRun(t, "ip", "route", "add", "10.0.0.0/24", "via", "192.168.77.2")
+	return n
+}
+
+func routeLines(t *testing.T, n *netnstest.NS) string {
+	return n.MustRun(t, "ip", "route", "show")
+}
+
+func TestKernelReconcile(t *testing.T) {
+	n := kernelNode(t)
+	n.MustRun(t, "ip", "route", "add", "10.99.0.0/24", "via", "192.168.77.2", "proto", "static") // foreign
+	n.MustRun(t, "ip", "route", "add", "10.98.0.0/24", "via", "192.168.77.2", "proto", "77")     // stale, ours
+	want := []Route{
+		{Dst: netip.MustParsePrefix("10.244.1.0/24"), Via: netip.MustParseAddr("192.168.77.2"), Node: "b"},
+		{Dst: netip.MustParsePrefix("10.99.0.0/24"), Via: netip.MustParseAddr("192.168.77.2"), Node: "c"},
+		{Dst: netip.MustParsePrefix("10.244.2.0/24"), Via: netip.MustParseAddr("10.0.0.9"), Node: "far"},
+	}
+	var out Outcome
+	err := n.Do(func() (err error) {
+		out, err = Reconcile(NewKernelTable(), want, DefaultProtocol)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := routeLines(t, n)
+	for _, line := range []string{
+		"10.244.1.0/24 via 192.168.77.2 dev eth0 proto 77",
+		"10.99.0.0/24 via 192.168.77.2 dev eth0 proto static",
+	} {
+		if !strings.Contains(got, line) {
+			t.Errorf("missing %q in:\n%s", line, got)
+		}
+	}
+	for _, gone := range []string{"10.98.0.0/24", "10.244.2.0/24"} {
+		if strings.Contains(got, gone) {
+			t.Errorf("%s should not be routed:\n%s", gone, got)
+		}
+	}
+	if len(out.Foreign) != 1 || len(out.Unreachable) != 1 || len(out.Deleted) != 1 {
+		t.Errorf("outcome %+v", out)
+	}
+}
+
+func TestKernelRouteDeletedByHandComesBack(t *testing.T) {
+	n := kernelNode(t)
+	want := []Route{{Dst: netip.MustParsePrefix("10.244.1.0/24"), Via: netip.MustParseAddr("192.168.77.2")}}
+	loop := &Loop{
+		Table:   NewKernelTable(),
+		Proto:   DefaultProtocol,
+		Resync:  time.Hour, // only the delete event can bring it back in time
+		Desired: func() ([]Route, [][]Chain) { return want, nil },
+	}
+	loop.Init()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan error, 1)
+	go n.Do(func() error {
+		// Subscribe and reconcile from inside the netns; the netlink
+		// socket keeps the netns it was opened in.
+		err := WatchDeletes(DefaultProtocol, ctx.Done(), loop.Trigger)
+		ready <- err
+		if err == nil {
+			loop.Run(ctx)
+		}
+		return nil
+	})
+	if err := <-ready; err != nil {
+		t.Fatal(err)
+	}
+	waitFor := func(cond func(string) bool, what string) {
+		t.Helper()
+		deadline := time.Now().Add(time.Second)
+		for time.Now().Before(deadline) {
+			if cond(routeLines(t, n)) {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Fatalf("%s within 1s; routes:\n%s", what, routeLines(t, n))
+	}
+	has := func(s string) bool { return strings.Contains(s, "10.244.1.0/24 via 192.168.77.2") }
+	waitFor(has, "route installed")
+	n.MustRun(t, "ip", "route", "del", "10.244.1.0/24")
+	waitFor(has, "route restored after a delete by hand")
+}
+
+func TestKernelIPTables(t *testing.T) {
+	n := kernelNode(t)
+	chains := Chains(NATOptions{PodCIDR: netip.MustParsePrefix("10.244.1.0/24"), Cluster: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}, Masquerade: true})
+	ensure := func() bool {
+		t.Helper()
+		var changed bool
+		err := n.Do(func() error {
+			ipt, err := NewIPTables(false)
+			if err != nil {
+				return err
+			}
+			changed, err = EnsureChains(ipt, chains)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return changed
+	}
+	if !ensure() {
+		t.Fatal("first EnsureChains changed nothing")
+	}
+	if ensure() {
+		t.Error("second EnsureChains changed something")
+	}
+	nat := n.MustRun(t, "iptables", "-t", "nat", "-S")
+	for _, want := range []string{
+		`-A POSTROUTING -m comment --comment "vmlane: pod subnet NAT rules" -j VMLANE-POSTROUTING`,
+		`-A VMLANE-POSTROUTING -s 10.244.1.0/24 -d 10.244.0.0/16 -m comment --comment "vmlane: pod to pod network 10.244.0.0/16, no NAT" -j RETURN`,
+		`-A VMLANE-POSTROUTING -s 10.244.1.0/24 -m comment --comment "vmlane: pod to outside, masquerade" -j MASQUERADE`,
+	} {
+		if !strings.Contains(nat, want) {
+			t.Errorf("nat table lacks %q:\n%s", want, nat)
+		}
+	}
+	n.MustRun(t, "iptables", "-t", "nat", "-D", "VMLANE-POSTROUTING", "1")
+	if !ensure() {
+		t.Error("a rule deleted by hand was not restored")
+	}
+	if again := n.MustRun(t, "iptables", "-t", "nat", "-S"); again != nat {
+		t.Errorf("after repair:\n%s\nwant:\n%s", again, nat)
+	}
+	err := n.Do(func() error {
+		ipt, _ := NewIPTables(false)
+		return RemoveChains(ipt, chains)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := n.MustRun(t, "iptables-save"); strings.Contains(s, "vmlane") || strings.Contains(s, "VMLANE") {
+		t.Errorf("teardown left rules:\n%s", s)
+	}
+}

@@ -1,0 +1,92 @@
+package routes
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+)
+
+// Loop keeps the kernel in the desired state: it reconciles when told that
+// the desired state changed (Trigger), when the kernel lost an owned route,
+// and on a resync timer, because the kernel and other daemons change things
+// behind vmlane's back. Only one reconcile runs at a time; triggers that
+// arrive during one collapse into one more.
+type Loop struct {
+	Table  routeTable
+	IPT    []iptablesInterface // one per family in use; may be empty
+	Proto  int
+	Resync time.Duration
+	// Desired returns the current desired routes and iptables chains per
+	// IPT entry. It is called for every reconcile.
+	Desired func() ([]Route, [][]Chain)
+	// Observe, if set, receives every outcome and error.
+	Observe func(Outcome, error)
+	Log     *slog.Logger
+
+	trigger chan struct{}
+}
+
+// Trigger asks for a reconcile soon. It never blocks.
+func (l *Loop) Trigger() {
+	select {
+	case l.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// Init prepares the loop; call it before Trigger is used from other
+// goroutines and before Run.
+func (l *Loop) Init() {
+	if l.trigger == nil {
+		l.trigger = make(chan struct{}, 1)
+	}
+	if l.Log == nil {
+		l.Log = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Run reconciles until ctx ends, starting with one reconcile at once.
+func (l *Loop) Run(ctx context.Context) {
+	l.Init()
+	tick := time.NewTicker(l.Resync)
+	defer tick.Stop()
+	for {
+		l.Once()
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.trigger:
+		case <-tick.C:
+		}
+	}
+}
+
+// Once reconciles routes and chains one time.
+func (l *Loop) Once() (Outcome, error) {
+	want, chains := l.Desired()
+	out, err := Reconcile(l.Table, want, l.Proto)
+	for i, ipt := range l.IPT {
+		if i >= len(chains) {
+			break
+		}
+		changed, cerr := EnsureChains(ipt, chains[i])
+		if changed {
+			l.Log.Info("rebuilt iptables chains")
+		}
+		err = errors.Join(err, cerr)
+	}
+	for _, r := range out.Installed {
+		l.Log.Debug("route installed", "route", r.String(), "node", r.Node)
+	}
+	for _, r := range out.Deleted {
+		l.Log.Info("stale route deleted", "route", r.String())
+	}
+	if err != nil {
+		l.Log.Error("reconcile", "err", err)
+	}
+	if l.Observe != nil {
+		l.Observe(out, err)
+	}
+	return out, err
+}

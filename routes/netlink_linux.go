@@ -1,0 +1,123 @@
+package routes
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"syscall"
+
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// netlinkTable is the kernel's main table through netlink. Dumps go through
+// netlinksafe, which retries netlink.ErrDumpInterrupted.
+type netlinkTable struct{}
+
+// NewKernelTable returns the main routing table of the calling netns.
+func NewKernelTable() routeTable { return netlinkTable{} }
+
+func toPrefix(n *net.IPNet) netip.Prefix {
+	if n == nil {
+		return netip.Prefix{}
+	}
+	a, ok := netip.AddrFromSlice(n.IP)
+	if !ok {
+		return netip.Prefix{}
+	}
+	ones, _ := n.Mask.Size()
+	return netip.PrefixFrom(a.Unmap(), ones)
+}
+
+func toIPNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+func (netlinkTable) List() ([]KernelRoute, error) {
+	var out []KernelRoute
+	names := map[int]string{}
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		rs, err := netlinksafe.RouteListFiltered(fam, &netlink.Route{Table: unix.RT_TABLE_MAIN, Type: unix.RTN_UNICAST}, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_TYPE)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range rs {
+			kr := KernelRoute{Dst: toPrefix(r.Dst), Proto: int(r.Protocol)}
+			if !kr.Dst.IsValid() { // the default route
+				if fam == netlink.FAMILY_V4 {
+					kr.Dst = netip.PrefixFrom(netip.IPv4Unspecified(), 0)
+				} else {
+					kr.Dst = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
+				}
+			}
+			if gw, ok := netip.AddrFromSlice(r.Gw); ok {
+				kr.Via = gw.Unmap()
+			}
+			if r.LinkIndex > 0 {
+				if _, ok := names[r.LinkIndex]; !ok {
+					if l, err := netlink.LinkByIndex(r.LinkIndex); err == nil {
+						names[r.LinkIndex] = l.Attrs().Name
+					}
+				}
+				kr.Dev = names[r.LinkIndex]
+			}
+			out = append(out, kr)
+		}
+	}
+	return out, nil
+}
+
+func (netlinkTable) Replace(dst netip.Prefix, via netip.Addr, proto int) error {
+	return netlink.RouteReplace(&netlink.Route{
+		Dst:      toIPNet(dst),
+		Gw:       via.AsSlice(),
+		Protocol: netlink.RouteProtocol(proto),
+		Table:    unix.RT_TABLE_MAIN,
+	})
+}
+
+func (netlinkTable) Delete(r KernelRoute) error {
+	nr := &netlink.Route{Dst: toIPNet(r.Dst), Protocol: netlink.RouteProtocol(r.Proto), Table: unix.RT_TABLE_MAIN}
+	if r.Via.IsValid() {
+		nr.Gw = r.Via.AsSlice()
+	}
+	err := netlink.RouteDel(nr)
+	if errors.Is(err, syscall.ESRCH) { // already gone
+		return nil
+	}
+	return err
+}
+
+func (netlinkTable) Get(ip netip.Addr) (netip.Addr, error) {
+	rs, err := netlink.RouteGet(ip.AsSlice())
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("ip route get %s: %w", ip, err)
+	}
+	for _, r := range rs {
+		if gw, ok := netip.AddrFromSlice(r.Gw); ok && !gw.IsUnspecified() {
+			return gw.Unmap(), nil
+		}
+	}
+	return netip.Addr{}, nil
+}
+
+// WatchDeletes calls fn whenever a route with protocol proto is deleted (by
+// hand, by another daemon, by a link going down), so the controller can
+// restore it at once rather than at the next resync. It stops when done is
+// closed.
+func WatchDeletes(proto int, done <-chan struct{}, fn func()) error {
+	ch := make(chan netlink.RouteUpdate, 64)
+	if err := netlink.RouteSubscribe(ch, done); err != nil {
+		return fmt.Errorf("subscribing to route events: %w", err)
+	}
+	go func() {
+		for u := range ch {
+			if u.Type == unix.RTM_DELROUTE && int(u.Protocol) == proto {
+				fn()
+			}
+		}
+	}()
+	return nil
+}

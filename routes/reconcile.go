@@ -1,0 +1,142 @@
+package routes
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+)
+
+// DefaultProtocol is the route protocol number vmlane marks its routes with
+// (the "proto" of `ip route`). 0–4 belong to the kernel, 8–18 and 42 and up
+// to routing daemons registered in iproute2's rt_protos (bird 12, zebra 11,
+// babel 42, bgp 186, isis 187, ospf 188, rip 189, eigrp 192); 77 is unnamed
+// and used by no common daemon.
+const DefaultProtocol = 77
+
+// KernelRoute is a route as the kernel has it.
+type KernelRoute struct {
+	Dst   netip.Prefix
+	Via   netip.Addr // zero for a route without a gateway
+	Dev   string
+	Proto int
+}
+
+// String prints the route as `ip route` does.
+func (r KernelRoute) String() string {
+	s := r.Dst.String()
+	if r.Dst.Bits() == 0 {
+		s = "default"
+	}
+	if r.Via.IsValid() {
+		s += " via " + r.Via.String()
+	}
+	if r.Dev != "" {
+		s += " dev " + r.Dev
+	}
+	return s + fmt.Sprintf(" proto %d", r.Proto)
+}
+
+// routeTable is the kernel's main routing table, shaped like the netlink
+// calls it wraps (RouteListFiltered, RouteReplace, RouteDel, RouteGet).
+type routeTable interface {
+	// List returns the main table's unicast routes of both families.
+	List() ([]KernelRoute, error)
+	// Replace installs dst via via with protocol proto (ip route replace).
+	Replace(dst netip.Prefix, via netip.Addr, proto int) error
+	// Delete removes exactly r.
+	Delete(r KernelRoute) error
+	// Get returns the gateway of the kernel's route to ip (ip route get),
+	// zero when ip is directly reachable.
+	Get(ip netip.Addr) (netip.Addr, error)
+}
+
+// Outcome is what one reconcile did and saw.
+type Outcome struct {
+	// Installed are the routes added or changed; Deleted the owned routes
+	// removed because nothing wants them any more.
+	Installed []Route
+	Deleted   []KernelRoute
+	// Unreachable are desired routes whose next hop is not directly
+	// reachable (the kernel's route to it has a gateway).
+	Unreachable []Route
+	// Foreign are desired routes for which another owner already has a
+	// route to the same destination; vmlane leaves those alone.
+	Foreign []KernelRoute
+	// Owned is the number of owned routes after the reconcile.
+	Owned int
+}
+
+// Reconcile drives the table to want: routes with protocol proto and no
+// other. Routes of other protocols are never changed or deleted; a foreign
+// route to a desired destination is reported in Outcome.Foreign instead of
+// overwritten. It adds and replaces before it deletes, and returns every
+// error joined, having done all it could.
+func Reconcile(t routeTable, want []Route, proto int) (Outcome, error) {
+	var out Outcome
+	actual, err := t.List()
+	if err != nil {
+		return out, fmt.Errorf("listing routes: %w", err)
+	}
+	owned := map[netip.Prefix]KernelRoute{}
+	foreign := map[netip.Prefix]KernelRoute{}
+	for _, r := range actual {
+		if r.Proto == proto {
+			owned[r.Dst] = r
+		} else if _, seen := foreign[r.Dst]; !seen {
+			foreign[r.Dst] = r
+		}
+	}
+	var errs []error
+	wanted := map[netip.Prefix]bool{}
+	for _, r := range want {
+		if f, ok := foreign[r.Dst]; ok {
+			out.Foreign = append(out.Foreign, f)
+			continue
+		}
+		gw, err := t.Get(r.Via)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("looking up next hop %s of %s: %w", r.Via, r.Dst, err))
+			continue
+		}
+		if gw.IsValid() {
+			out.Unreachable = append(out.Unreachable, r)
+			continue
+		}
+		wanted[r.Dst] = true
+		if have, ok := owned[r.Dst]; ok && have.Via == r.Via {
+			continue
+		}
+		if err := t.Replace(r.Dst, r.Via, proto); err != nil {
+			errs = append(errs, fmt.Errorf("adding route %s via %s: %w", r.Dst, r.Via, err))
+			continue
+		}
+		out.Installed = append(out.Installed, r)
+	}
+	for _, r := range sortedRoutes(owned) {
+		if wanted[r.Dst] {
+			continue
+		}
+		if err := t.Delete(r); err != nil {
+			errs = append(errs, fmt.Errorf("deleting route %s: %w", r, err))
+			continue
+		}
+		out.Deleted = append(out.Deleted, r)
+	}
+	out.Owned = len(owned) + len(out.Installed) - len(out.Deleted)
+	for _, r := range out.Installed {
+		if _, replaced := owned[r.Dst]; replaced {
+			out.Owned--
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+func sortedRoutes(m map[netip.Prefix]KernelRoute) []KernelRoute {
+	out := make([]KernelRoute, 0, len(m))
+	for _, r := range m {
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b KernelRoute) int { return comparePrefix(a.Dst, b.Dst) })
+	return out
+}

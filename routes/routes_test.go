@@ -1,0 +1,223 @@
+package routes
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func pfx(s ...string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, x := range s {
+		out = append(out, netip.MustParsePrefix(x))
+	}
+	return out
+}
+
+func addrs(s ...string) []netip.Addr {
+	var out []netip.Addr
+	for _, x := range s {
+		out = append(out, netip.MustParseAddr(x))
+	}
+	return out
+}
+
+func TestCompute(t *testing.T) {
+	nodes := []Node{
+		{Name: "a", PodCIDRs: pfx("10.244.0.0/24", "fd00:244::/64"), Addrs: addrs("192.168.1.10", "fd00::10")},
+		{Name: "b", PodCIDRs: pfx("10.244.1.0/24", "fd00:244:0:1::/64"), Addrs: addrs("192.168.1.11", "fd00::11")},
+		{Name: "c", PodCIDRs: pfx("10.244.2.0/24", "fd00:244:0:2::/64"), Addrs: addrs("192.168.1.12")}, // no IPv6 address
+		{Name: "d", Addrs: addrs("192.168.1.13")},                                                        // no podCIDR yet
+		{Name: "e", PodCIDRs: pfx("10.244.3.0/24"), Addrs: addrs("192.168.1.14")},
+		{Name: "f", PodCIDRs: pfx("10.244.3.0/25"), Addrs: addrs("192.168.1.15")}, // overlaps e
+		{Name: "g", PodCIDRs: pfx("10.244.0.128/25"), Addrs: addrs("192.168.1.16")}, // overlaps a, this node
+	}
+	got := Compute(nodes, "a")
+	var routes, skips []string
+	for _, r := range got.Routes {
+		routes = append(routes, r.Node+": "+r.String())
+	}
+	for _, s := range got.Skips {
+		skips = append(skips, fmt.Sprintf("%s %s: %s", s.Node, s.Dst, s.Reason))
+	}
+	wantRoutes := []string{
+		"b: 10.244.1.0/24 via 192.168.1.11",
+		"c: 10.244.2.0/24 via 192.168.1.12",
+		"b: fd00:244:0:1::/64 via fd00::11",
+	}
+	wantSkips := []string{
+		"c fd00:244:0:2::/64: no IPv6 address to route fd00:244:0:2::/64 via",
+		"d invalid Prefix: no podCIDRs yet",
+		"e 10.244.3.0/24: podCIDR 10.244.3.0/24 overlaps 10.244.3.0/25 of node f",
+		"f 10.244.3.0/25: podCIDR 10.244.3.0/25 overlaps 10.244.3.0/24 of node e",
+		"g 10.244.0.128/25: podCIDR 10.244.0.128/25 overlaps 10.244.0.0/24 of node a",
+	}
+	if diff := cmp.Diff(wantRoutes, routes); diff != "" {
+		t.Errorf("routes (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(wantSkips, skips); diff != "" {
+		t.Errorf("skips (-want +got):\n%s", diff)
+	}
+	if len(got.Self) != 2 || len(got.PodCIDRs) != 9 {
+		t.Errorf("Self %v, PodCIDRs %v", got.Self, got.PodCIDRs)
+	}
+}
+
+func TestReconcile(t *testing.T) {
+	const p = DefaultProtocol
+	table := newFakeTable(
+		"default via 192.168.1.1 dev eth0 proto 4",
+		"192.168.1.0/24 dev eth0 proto 2",
+		"10.244.9.0/24 via 192.168.1.19 proto 77", // stale: node gone while down
+		"10.244.1.0/24 via 192.168.1.99 proto 77", // next hop changed
+		"10.244.5.0/24 via 192.168.1.50 proto 12", // foreign (bird) for a wanted dst
+	)
+	table.gateways[netip.MustParseAddr("10.0.0.7")] = netip.MustParseAddr("192.168.1.1")
+	want := []Route{
+		{Dst: netip.MustParsePrefix("10.244.1.0/24"), Via: netip.MustParseAddr("192.168.1.11"), Node: "b"},
+		{Dst: netip.MustParsePrefix("10.244.2.0/24"), Via: netip.MustParseAddr("192.168.1.12"), Node: "c"},
+		{Dst: netip.MustParsePrefix("10.244.5.0/24"), Via: netip.MustParseAddr("192.168.1.15"), Node: "e"},
+		{Dst: netip.MustParsePrefix("10.244.6.0/24"), Via: netip.MustParseAddr("10.0.0.7"), Node: "far"},
+	}
+	out, err := Reconcile(table, want, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantTable := strings.Join([]string{
+		"10.244.1.0/24 via 192.168.1.11 proto 77",
+		"10.244.2.0/24 via 192.168.1.12 proto 77",
+		"10.244.5.0/24 via 192.168.1.50 proto 12",
+		"192.168.1.0/24 dev eth0 proto 2",
+		"default via 192.168.1.1 dev eth0 proto 4",
+	}, "\n")
+	if diff := cmp.Diff(wantTable, table.String()); diff != "" {
+		t.Errorf("table (-want +got):\n%s", diff)
+	}
+	if len(out.Installed) != 2 || len(out.Deleted) != 1 || len(out.Unreachable) != 1 || len(out.Foreign) != 1 || out.Owned != 2 {
+		t.Errorf("outcome %+v", out)
+	}
+	// A second pass changes nothing.
+	table.calls = nil
+	out, err = Reconcile(table, want, p)
+	if err != nil || len(table.calls) != 0 || out.Owned != 2 {
+		t.Errorf("second reconcile: calls %v, outcome %+v, err %v", table.calls, out, err)
+	}
+}
+
+func TestReconcileKeepsGoingAfterErrors(t *testing.T) {
+	table := newFakeTable("10.244.9.0/24 via 192.168.1.19 proto 77")
+	table.failOn = "replace 10.244.1.0/24"
+	want := []Route{
+		{Dst: netip.MustParsePrefix("10.244.1.0/24"), Via: netip.MustParseAddr("192.168.1.11")},
+		{Dst: netip.MustParsePrefix("10.244.2.0/24"), Via: netip.MustParseAddr("192.168.1.12")},
+	}
+	out, err := Reconcile(table, want, DefaultProtocol)
+	if err == nil || !strings.Contains(err.Error(), "adding route 10.244.1.0/24 via 192.168.1.11") {
+		t.Fatalf("err = %v", err)
+	}
+	if len(out.Installed) != 1 || len(out.Deleted) != 1 {
+		t.Errorf("outcome %+v: the other route and the sweep must still happen", out)
+	}
+}
+
+// TestReconcileOrderIndependent replays random desired states in shuffled
+// order: whatever the history, the table ends as the last state asks.
+func TestReconcileOrderIndependent(t *testing.T) {
+	var states [][]Route
+	for i := range 6 {
+		var s []Route
+		for j := range 5 {
+			if (i+j)%3 != 0 {
+				s = append(s, Route{
+					Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(j), 0}), 24),
+					Via: netip.AddrFrom4([4]byte{192, 168, 1, byte(10 + (i+j)%4)}),
+				})
+			}
+		}
+		states = append(states, s)
+	}
+	for seed := range uint64(20) {
+		r := rand.New(rand.NewPCG(seed, 1))
+		table := newFakeTable("192.168.1.0/24 dev eth0 proto 2", "10.99.0.0/24 via 192.168.1.5 proto 9")
+		order := r.Perm(len(states))
+		for _, i := range order {
+			if _, err := Reconcile(table, states[i], DefaultProtocol); err != nil {
+				t.Fatal(err)
+			}
+		}
+		last := states[order[len(order)-1]]
+		fresh := newFakeTable("192.168.1.0/24 dev eth0 proto 2", "10.99.0.0/24 via 192.168.1.5 proto 9")
+		Reconcile(fresh, last, DefaultProtocol)
+		if diff := cmp.Diff(fresh.String(), table.String()); diff != "" {
+			t.Fatalf("seed %d order %v: table depends on history (-fresh +replayed):\n%s", seed, order, diff)
+		}
+	}
+}
+
+func TestChainsAndEnsure(t *testing.T) {
+	chains := Chains(NATOptions{
+		PodCIDR:    netip.MustParsePrefix("10.244.1.0/24"),
+		Cluster:    pfx("10.244.0.0/16"),
+		Masquerade: true,
+	})
+	ipt := newFakeIPT()
+	ipt.Append("nat", "POSTROUTING", "-s", "172.17.0.0/16", "-j", "MASQUERADE") // docker's, foreign
+	changed, err := EnsureChains(ipt, chains)
+	if err != nil || !changed {
+		t.Fatalf("first EnsureChains = %v, %v", changed, err)
+	}
+	want := `*filter -N FORWARD
+*filter -A FORWARD -m comment --comment vmlane: pod subnet forwarding -j VMLANE-FORWARD
+*filter -N VMLANE-FORWARD
+*filter -A VMLANE-FORWARD -s 10.244.1.0/24 -m comment --comment vmlane: forward from pods -j ACCEPT
+*filter -A VMLANE-FORWARD -d 10.244.1.0/24 -m comment --comment vmlane: forward to pods -j ACCEPT
+*nat -N POSTROUTING
+*nat -A POSTROUTING -m comment --comment vmlane: pod subnet NAT rules -j VMLANE-POSTROUTING
+*nat -A POSTROUTING -s 172.17.0.0/16 -j MASQUERADE
+*nat -N VMLANE-POSTROUTING
+*nat -A VMLANE-POSTROUTING -s 10.244.1.0/24 -d 10.244.0.0/16 -m comment --comment vmlane: pod to pod network 10.244.0.0/16, no NAT -j RETURN
+*nat -A VMLANE-POSTROUTING -s 10.244.1.0/24 -m comment --comment vmlane: pod to outside, masquerade -j MASQUERADE
+`
+	if diff := cmp.Diff(want, ipt.String()); diff != "" {
+		t.Errorf("iptables (-want +got):\n%s", diff)
+	}
+	if changed, err := EnsureChains(ipt, chains); changed || err != nil {
+		t.Errorf("second EnsureChains = %v, %v; want no change", changed, err)
+	}
+	// A rule deleted by hand: the chain is rebuilt whole, in order.
+	ipt.Delete("nat", ChainNAT, chains[0].Rules[0]...)
+	if changed, _ := EnsureChains(ipt, chains); !changed {
+		t.Error("a missing rule was not restored")
+	}
+	if diff := cmp.Diff(want, ipt.String()); diff != "" {
+		t.Errorf("after repair (-want +got):\n%s", diff)
+	}
+	// A stray rule in our chain is removed too.
+	ipt.Append("filter", ChainForward, "-j", "DROP")
+	EnsureChains(ipt, chains)
+	if diff := cmp.Diff(want, ipt.String()); diff != "" {
+		t.Errorf("after stray rule (-want +got):\n%s", diff)
+	}
+	if err := RemoveChains(ipt, chains); err != nil {
+		t.Fatal(err)
+	}
+	if got := ipt.String(); got != "*filter -N FORWARD\n*nat -N POSTROUTING\n*nat -A POSTROUTING -s 172.17.0.0/16 -j MASQUERADE\n" {
+		t.Errorf("after RemoveChains:\n%s", got)
+	}
+}
+
+func TestChainsWithoutMasquerade(t *testing.T) {
+	c := Chains(NATOptions{PodCIDR: netip.MustParsePrefix("10.244.1.0/24"), Cluster: pfx("10.244.0.0/24", "10.244.1.0/24")})
+	if n := len(c[0].Rules); n != 2 {
+		t.Errorf("nat rules = %d, want 2 RETURN and no MASQUERADE", n)
+	}
+	for _, r := range c[0].Rules {
+		if strings.Contains(strings.Join(r, " "), "MASQUERADE") {
+			t.Errorf("masquerade rule with Masquerade off: %v", r)
+		}
+	}
+}
