@@ -31,9 +31,9 @@ func TestCompute(t *testing.T) {
 		{Name: "a", PodCIDRs: pfx("10.244.0.0/24", "fd00:244::/64"), Addrs: addrs("192.168.1.10", "fd00::10")},
 		{Name: "b", PodCIDRs: pfx("10.244.1.0/24", "fd00:244:0:1::/64"), Addrs: addrs("192.168.1.11", "fd00::11")},
 		{Name: "c", PodCIDRs: pfx("10.244.2.0/24", "fd00:244:0:2::/64"), Addrs: addrs("192.168.1.12")}, // no IPv6 address
-		{Name: "d", Addrs: addrs("192.168.1.13")},                                                        // no podCIDR yet
+		{Name: "d", Addrs: addrs("192.168.1.13")},                                                      // no podCIDR yet
 		{Name: "e", PodCIDRs: pfx("10.244.3.0/24"), Addrs: addrs("192.168.1.14")},
-		{Name: "f", PodCIDRs: pfx("10.244.3.0/25"), Addrs: addrs("192.168.1.15")}, // overlaps e
+		{Name: "f", PodCIDRs: pfx("10.244.3.0/25"), Addrs: addrs("192.168.1.15")},   // overlaps e
 		{Name: "g", PodCIDRs: pfx("10.244.0.128/25"), Addrs: addrs("192.168.1.16")}, // overlaps a, this node
 	}
 	got := Compute(nodes, "a")
