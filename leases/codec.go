@@ -15,9 +15,10 @@ import (
 // 7 µs a lease, which on a 4,096-lease file is 28 ms a read. This decoder
 // copies the input once into a string and slices every unescaped string
 // field out of it, so a lease costs no allocation; rare escaped or non-ASCII
-// strings fall back to encoding/json for exactly its semantics. It accepts
-// exactly the documents encoding/json would decode into File (FuzzDecode
-// checks the two agree).
+// strings fall back to encoding/json for exactly its semantics. Whatever it
+// accepts, encoding/json decodes to the same File (FuzzCodecMatchesEncodingJSON
+// checks it). It is stricter in two ways no writer meets: a repeated
+// "leases" key, and unknown members nested over 64 levels deep.
 
 type decoder struct {
 	s   string
@@ -398,7 +399,7 @@ func decodeFile(data []byte) (*File, error) {
 	// (decodeOwned), as unsafe.String requires.
 	d := &decoder{s: unsafe.String(unsafe.SliceData(data), len(data))}
 	f := new(File)
-	sawVersion := false
+	sawVersion, sawLeases := false, false
 	if d.peek() != '{' {
 		return nil, errors.New("not a lease file: not a JSON object")
 	}
@@ -446,6 +447,13 @@ func decodeFile(data []byte) (*File, error) {
 		case "lastReserved":
 			return d.addrField(&f.LastReserved, "lastReserved")
 		case "leases":
+			// encoding/json merges a repeated array into the first one's
+			// elements; no writer repeats a key, so refuse rather than
+			// imitate that.
+			if sawLeases {
+				return d.errorf("\"leases\" appears twice")
+			}
+			sawLeases = true
 			if d.null() {
 				f.Leases = nil
 				return nil

@@ -73,6 +73,7 @@ func Open(path string, subnet netip.Prefix, gateway netip.Addr, opts ...Option) 
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("creating lease folder: %w", err)
 	}
+	s.sweepTemps()
 	return s, nil
 }
 
@@ -97,6 +98,18 @@ func checkSubnet(subnet netip.Prefix, gateway netip.Addr) error {
 		return fmt.Errorf("subnet %s has no usable address besides the gateway", subnet)
 	}
 	return nil
+}
+
+// sweepTemps removes stale temp files if there are any, taking the lock
+// only then, so the common Open costs one readdir.
+func (s *Store) sweepTemps() {
+	if m, _ := filepath.Glob(filepath.Join(filepath.Dir(s.path), "."+filepath.Base(s.path)+".tmp-*")); len(m) == 0 {
+		return
+	}
+	if lk, err := lockFile(s.lockPath); err == nil {
+		s.removeStaleTempsLocked()
+		lk.unlock()
+	}
 }
 
 // Path is the lease file's path.
@@ -181,9 +194,21 @@ func (s *Store) writeLocked(f *File) error {
 		return fmt.Errorf("encoding lease file: %w", err)
 	}
 	if err := writeFileAtomic(s.path, data, 0o644); err != nil {
+		s.removeStaleTempsLocked()
 		return fmt.Errorf("writing lease file: %w", err)
 	}
 	return nil
+}
+
+// removeStaleTempsLocked deletes temp files that writers killed mid-write
+// left behind. Under the lock no other writer is writing, so every temp file
+// of ours is stale. It runs on Open and after a failed write (a full disk
+// wants the space back), not on every write.
+func (s *Store) removeStaleTempsLocked() {
+	matches, _ := filepath.Glob(filepath.Join(filepath.Dir(s.path), "."+filepath.Base(s.path)+".tmp-*"))
+	for _, m := range matches {
+		os.Remove(m)
+	}
 }
 
 // Reserve holds an address for req; see [Tx.Reserve].

@@ -375,3 +375,18 @@ func TestFullDiskLeavesOldFile(t *testing.T) {
 		t.Fatal("failed write changed the lease file")
 	}
 }
+
+func TestDerivedMACHeldByAnotherLeaseSkipsTheAddress(t *testing.T) {
+	s, _ := newStore(t, "10.1.0.0/24")
+	derive := func(a netip.Addr) string { return "02:76:" + hex4(a) }
+	// A runtime asked for the MAC that .3 would derive, for address .2.
+	first := cniReq("a")
+	first.MAC = derive(netip.MustParseAddr("10.1.0.3"))
+	mustReserve(t, s, first)
+	req := cniReq("b")
+	req.MACFor = derive
+	l := mustReserve(t, s, req)
+	if l.IP.String() != "10.1.0.4" {
+		t.Errorf("got %s, want 10.1.0.4 (.3's derived MAC is taken)", l.IP)
+	}
+}

@@ -123,9 +123,29 @@ func (tx *Tx) Reserve(req ReserveRequest) (Lease, error) {
 			}
 			pool = req.Pool
 		}
-		isHeld := func(a netip.Addr) bool { return held[a] != nil || a == f.Gateway }
+		// With a derived MAC, an address whose MAC some lease already has
+		// (a runtime asked for it explicitly) is as good as held:
+		// allocating it would fail on the MAC and block every later ADD.
+		macHeld := map[string]bool{}
+		if req.MAC == "" && req.MACFor != nil {
+			for _, l := range f.Leases {
+				if l.MAC != "" && l.State != StateDeclined {
+					macHeld[l.MAC] = true
+				}
+			}
+		}
+		isHeld := func(a netip.Addr) bool {
+			if held[a] != nil || a == f.Gateway {
+				return true
+			}
+			if len(macHeld) > 0 {
+				m, err := NormalizeMAC(req.MACFor(a))
+				return err == nil && macHeld[m]
+			}
+			return false
+		}
 		var ok bool
-		ip, ok = allocate(pool, f.LastReserved, req.Exclude, isHeld, len(held)+1)
+		ip, ok = allocate(pool, f.LastReserved, req.Exclude, isHeld, len(held)+len(macHeld)+1)
 		if !ok {
 			return Lease{}, fmt.Errorf("subnet %s is full (pool %s, %d leases held): %w", f.Subnet, pool, len(held), ErrExhausted)
 		}

@@ -17,8 +17,10 @@ import (
 	"testing"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
 	"github.com/vmlane/vmlane/internal/netnstest"
 	"github.com/vmlane/vmlane/internal/privtest"
 	"github.com/vmlane/vmlane/leases"
@@ -73,9 +75,12 @@ func newNode(t *testing.T, subnet string) *node {
 	privtest.Require(t, "ip", "tc")
 	dir := t.TempDir()
 	return &node{
-		t:      t,
-		ns:     netnstest.New(t, "node"),
-		cni:    libcni.NewCNIConfigWithCacheDir([]string{pluginDir(t)}, filepath.Join(dir, "cache"), nil),
+		t:  t,
+		ns: netnstest.New(t, "node"),
+		// An explicit executor: libcni makes its default one lazily,
+		// without a lock, which races when goroutines share the config.
+		cni: libcni.NewCNIConfigWithCacheDir([]string{pluginDir(t)}, filepath.Join(dir, "cache"),
+			&invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}, PluginDecoder: version.PluginDecoder{}}),
 		leases: filepath.Join(dir, "leases.json"),
 		subnet: subnet,
 	}

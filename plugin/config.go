@@ -188,8 +188,12 @@ func ParseConfig(stdin []byte, defaultMTU func() int) (*Config, error) {
 		if c.MAC, err = leases.NormalizeMAC(m); err != nil {
 			return nil, configError("runtimeConfig.mac", m, "not a MAC address")
 		}
-		if hw, _ := net.ParseMAC(c.MAC); hw[0]&1 == 1 {
+		hw, _ := net.ParseMAC(c.MAC)
+		if hw[0]&1 == 1 {
 			return nil, configError("runtimeConfig.mac", m, "is a multicast address")
+		}
+		if c.MAC == "00:00:00:00:00:00" {
+			return nil, configError("runtimeConfig.mac", m, "is the all-zero address")
 		}
 	}
 	for _, s := range c.RuntimeConfig.IPs {
@@ -202,6 +206,9 @@ func ParseConfig(stdin []byte, defaultMTU func() int) (*Config, error) {
 		}
 		if !p.Contains(a) {
 			return nil, configError("runtimeConfig.ips", s, "is outside subnet "+c.Subnet)
+		}
+		if a == p.Addr() || a == lastAddr(p) || a == c.GatewayAddr {
+			return nil, configError("runtimeConfig.ips", s, "is the network, broadcast or gateway address of "+c.Subnet)
 		}
 		if c.IP.IsValid() {
 			return nil, configError("runtimeConfig.ips", s, "asks for a second IPv4 address; vmlane gives one per attachment")
@@ -251,8 +258,13 @@ func checkIfName(field, name string) error {
 		return configError(field, name, "is longer than 15 bytes")
 	case name == "." || name == "..":
 		return configError(field, name, "is not a valid interface name")
-	case strings.ContainsAny(name, "/: \t\n"):
+	case name == "":
+		return configError(field, name, "is empty")
+	case strings.ContainsAny(name, "/: \t\n\v\f\r"):
 		return configError(field, name, "contains '/', ':' or white space")
+	case strings.Contains(name, "%"):
+		// The kernel reads "%d" in a new link's name as a template.
+		return configError(field, name, "contains '%'")
 	}
 	return nil
 }

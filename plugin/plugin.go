@@ -166,12 +166,16 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		}()
 
 		hostIf := HostVethName(key)
-		// A retried ADD replaces what an earlier one left: the veth (its
-		// pod end goes with it) and the TAP, which outlives the veth.
+		// A retried ADD (or one after an ADD killed halfway, which left its
+		// reservation) replaces what the earlier one left: the veth (its
+		// pod end goes with it) and the TAP, which outlives the veth. The
+		// host veth's name is this attachment's own; the TAP's is not
+		// (another network's attachment in the same pod may use it), so
+		// it is removed only when this attachment held it before.
 		if err := p.dp.DeleteHostLink(hostIf); err != nil {
 			return fmt.Errorf("removing stale %s: %w", hostIf, err)
 		}
-		if c.VM {
+		if c.VM && retried {
 			if err := p.dp.DeleteNetnsLinks(args.Netns, c.TapName); err != nil {
 				return fmt.Errorf("removing stale %s: %w", c.TapName, err)
 			}
@@ -180,10 +184,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		if c.VM {
 			podMAC = "" // the guest's MAC must appear on the wire only once
 		}
-		host, podLink, err := p.dp.SetupVeth(args.Netns, args.IfName, hostIf, c.Bridge, c.MTU, podMAC, c.VM)
-		if err != nil {
-			return fmt.Errorf("creating veth %s/%s: %w", hostIf, args.IfName, err)
-		}
+		// Registered before SetupVeth: it can fail after creating the pair.
 		defer func() {
 			if !success {
 				if derr := p.dp.DeleteHostLink(hostIf); derr != nil {
@@ -191,6 +192,10 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 				}
 			}
 		}()
+		host, podLink, err := p.dp.SetupVeth(args.Netns, args.IfName, hostIf, c.Bridge, c.MTU, podMAC, c.VM)
+		if err != nil {
+			return fmt.Errorf("creating veth %s/%s: %w", hostIf, args.IfName, err)
+		}
 		a := Attached{Bridge: bridge, HostVeth: host, PodVeth: podLink}
 		addr := netip.PrefixFrom(lease.IP, c.SubnetPrefix.Bits())
 		if c.VM {
@@ -392,7 +397,10 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 		var errs []error
 		for _, l := range stale {
 			if err := p.dp.DeleteHostLink(HostVethName(l.Key())); err != nil {
+				// Keep the lease while its link may still answer for
+				// the address, as DEL does; the next GC tries again.
 				errs = append(errs, err)
+				valid = append(valid, l.Key())
 			}
 		}
 		released, err := store.GC(valid)

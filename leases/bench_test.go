@@ -1,0 +1,398 @@
+package leases_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmlane/vmlane/leases"
+)
+
+// Benchmarks for `make bench`. Each reports a rate with b.ReportMetric, so
+// internal/benchtable can put the store's write rate beside the rate of the
+// bare atomic-write sequence (the fsync floor) and print the ratio:
+//
+//	go test -run='^$' -bench=. ./leases | go run ./internal/benchtable
+//
+// A store write is one Reserve or one Release; a reserve+release op is two.
+//
+// The fsync latency of a shared or virtual disk drifts by a factor of two
+// or three within a minute, so a floor measured by another benchmark at
+// another moment makes a noisy ratio. Each store benchmark therefore also
+// measures the floor itself, in the same folder, with as many writes as it
+// made, half just before its timed part and half just after, and reports it
+// as "floor-writes/s".
+
+// benchLeases is the size of a typical node's file: the write benchmarks
+// keep this many leases in it, and BenchmarkWriteFloor writes a payload of
+// the same size.
+const benchLeases = 16
+
+// realisticFile returns a lease file of n bound CNI leases shaped like real
+// ones: a 64-hex container ID, pod namespace, name and UID, a netns path.
+func realisticFile(n int, subnet netip.Prefix) *leases.File {
+	now := time.Now().UTC().Truncate(time.Second)
+	f := &leases.File{Version: leases.Version, Node: "node-a", Subnet: subnet, Gateway: gatewayOf(subnet)}
+	ip := gatewayOf(subnet)
+	for i := range n {
+		ip = ip.Next()
+		f.Leases = append(f.Leases, leases.Lease{
+			MAC: macFor(ip), IP: ip, State: leases.StateBound, Source: leases.SourceCNI,
+			ContainerID: fmt.Sprintf("%064x", uint64(i)*0x9e3779b97f4a7c15),
+			IfName:      "eth0",
+			NetNS:       fmt.Sprintf("/var/run/netns/cni-%08x-%04x-%04x-%04x-%012x", i, i, i, i, i),
+			Pod:         leases.Pod{Namespace: "vms", Name: fmt.Sprintf("vm-%05d", i), UID: fmt.Sprintf("5b1e7c2d-%04x-4000-8000-%012x", i%0x10000, i)},
+			Hostname:    fmt.Sprintf("vm-%05d", i),
+			Created:     now,
+			Expires:     now.Add(24 * time.Hour),
+		})
+	}
+	f.LastReserved = ip
+	return f
+}
+
+func encodeFile(tb testing.TB, f *leases.File) []byte {
+	tb.Helper()
+	data, err := f.Encode()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return data
+}
+
+// writeAtomicFloor is the store's write sequence and nothing else: temp file
+// in the same folder, write, fsync, rename, fsync the folder.
+func writeAtomicFloor(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// pairedFloor measures the write floor beside a store benchmark: n writes
+// of a typical file's size in dir. It runs outside the benchmark's timer.
+func pairedFloor(b *testing.B, dir string, n int) time.Duration {
+	b.Helper()
+	data := encodeFile(b, realisticFile(benchLeases, netip.MustParsePrefix("10.244.3.0/24")))
+	path := filepath.Join(dir, "floor.json")
+	start := time.Now()
+	for range n {
+		if err := writeAtomicFloor(path, data); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return time.Since(start)
+}
+
+func reportFloor(b *testing.B, writes int, d time.Duration) {
+	if d > 0 {
+		b.ReportMetric(float64(writes)/d.Seconds(), "floor-writes/s")
+	}
+}
+
+func reportRate(b *testing.B, writesPerOp int) {
+	secs := b.Elapsed().Seconds()
+	if secs == 0 {
+		return
+	}
+	ops := float64(b.N) / secs
+	if writesPerOp > 1 {
+		b.ReportMetric(ops, "ops/s")
+	}
+	b.ReportMetric(ops*float64(writesPerOp), "writes/s")
+	b.ReportMetric(secs*1e9/float64(b.N*writesPerOp), "ns/write")
+}
+
+func BenchmarkWriteFloor(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "leases.json")
+	data := encodeFile(b, realisticFile(benchLeases, netip.MustParsePrefix("10.244.3.0/24")))
+	b.SetBytes(int64(len(data)))
+	b.ResetTimer()
+	for range b.N {
+		if err := writeAtomicFloor(path, data); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	reportRate(b, 1)
+}
+
+// benchStore opens a store on a fresh file that already holds
+// benchLeases-1 leases, so that with the one the benchmark reserves the file
+// has the floor's size.
+func benchStore(b *testing.B) *leases.Store {
+	b.Helper()
+	subnet := netip.MustParsePrefix("10.244.3.0/24")
+	path := filepath.Join(b.TempDir(), "leases.json")
+	f := realisticFile(benchLeases-1, subnet)
+	if err := os.WriteFile(path, encodeFile(b, f), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	s, err := leases.Open(path, subnet, gatewayOf(subnet), leases.WithNode("node-a"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+func benchReq(cid string) leases.ReserveRequest {
+	return leases.ReserveRequest{
+		Key:    leases.Key{ContainerID: cid, IfName: "eth0"},
+		MACFor: macFor,
+		NetNS:  "/var/run/netns/cni-" + cid,
+		Pod:    leases.Pod{Namespace: "vms", Name: "vm-" + cid, UID: "5b1e7c2d-0000-4000-8000-" + cid},
+	}
+}
+
+func reserveRelease(s *leases.Store, cid string) error {
+	req := benchReq(cid)
+	if _, err := s.Reserve(req); err != nil {
+		return err
+	}
+	if _, ok, err := s.Release(req.Key); err != nil || !ok {
+		return fmt.Errorf("release %s: found=%v, %v", cid, ok, err)
+	}
+	return nil
+}
+
+// BenchmarkReserveRelease is one writer in this process; an op is a
+// Reserve and a Release, two writes.
+func BenchmarkReserveRelease(b *testing.B) {
+	s := benchStore(b)
+	dir := filepath.Dir(s.Path())
+	floor := pairedFloor(b, dir, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		if err := reserveRelease(s, benchCID(0xa0000000, i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	floor += pairedFloor(b, dir, b.N)
+	checkBenchFile(b, s)
+	reportRate(b, 2)
+	reportFloor(b, 2*b.N, floor)
+}
+
+// benchCID is the container ID of a benchmark's op: 64 hex digits, as
+// runtimes make them, that never equal realisticFile's (whose first 48
+// digits are zero), since Reserve of an ID already held returns that lease.
+func benchCID(writer uint32, i int) string { return fmt.Sprintf("%08x%056x", writer, i) }
+
+// checkBenchFile checks that a benchmark released what it reserved and
+// nothing else.
+func checkBenchFile(b *testing.B, s *leases.Store) {
+	b.Helper()
+	if ls, err := s.List(); err != nil || len(ls) != benchLeases-1 {
+		b.Fatalf("after the run the file holds %d leases (%v), want the %d it started with", len(ls), err, benchLeases-1)
+	}
+}
+
+// BenchmarkReserveReleaseProcs runs the ops of b.N spread over writer
+// processes (each a CNI plugin's worth of independent writer), timed from
+// the parent between "go" and the last "done", process start-up excluded.
+// procs=1 goes through the same path, so the two compare.
+func BenchmarkReserveReleaseProcs(b *testing.B) {
+	for _, procs := range []int{1, 16} {
+		b.Run(fmt.Sprintf("procs=%d", procs), func(b *testing.B) {
+			benchProcs(b, procs)
+			reportRate(b, 2)
+		})
+	}
+}
+
+func benchProcs(b *testing.B, procs int) {
+	b.StopTimer()
+	s := benchStore(b)
+	procs = min(procs, b.N)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	type child struct {
+		cmd   *exec.Cmd
+		stdin io.WriteCloser
+		out   *bufio.Scanner
+	}
+	children := make([]*child, procs)
+	for i := range children {
+		ops := b.N / procs
+		if i < b.N%procs {
+			ops++
+		}
+		cmd := helperCommand(ctx, "TestHelperProcessBenchWriter", "bench-writer",
+			"VMLANE_HELPER_FILE="+s.Path(), "VMLANE_HELPER_SUBNET="+s.Subnet().String(),
+			"VMLANE_HELPER_ID="+strconv.Itoa(i), "VMLANE_HELPER_OPS="+strconv.Itoa(ops))
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		c := &child{cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout)}
+		children[i] = c
+		defer cmd.Wait()
+		defer cmd.Process.Kill()
+	}
+	// waitFor reads a child's stdout up to a line starting with want.
+	waitFor := func(c *child, want string) {
+		for c.out.Scan() {
+			if line := c.out.Text(); strings.HasPrefix(line, want) {
+				return
+			} else if strings.HasPrefix(line, "FAIL") {
+				b.Fatalf("bench writer: %s", line)
+			}
+		}
+		b.Fatalf("bench writer ended before %q: %v", want, c.out.Err())
+	}
+	for _, c := range children {
+		waitFor(c, "READY")
+	}
+	dir := filepath.Dir(s.Path())
+	floor := pairedFloor(b, dir, b.N)
+	b.ResetTimer()
+	b.StartTimer()
+	for _, c := range children {
+		io.WriteString(c.stdin, "GO\n")
+	}
+	for _, c := range children {
+		waitFor(c, "DONE")
+	}
+	b.StopTimer()
+	floor += pairedFloor(b, dir, b.N)
+	checkBenchFile(b, s)
+	reportFloor(b, 2*b.N, floor)
+}
+
+// TestHelperProcessBenchWriter is a child of BenchmarkReserveReleaseProcs,
+// not a test: it prints READY, waits for a line on stdin, runs its ops and
+// prints DONE.
+func TestHelperProcessBenchWriter(t *testing.T) {
+	if os.Getenv(helperRoleEnv) != "bench-writer" {
+		return
+	}
+	subnet := netip.MustParsePrefix(os.Getenv("VMLANE_HELPER_SUBNET"))
+	s, err := leases.Open(os.Getenv("VMLANE_HELPER_FILE"), subnet, gatewayOf(subnet), leases.WithNode("node-a"))
+	if err != nil {
+		fmt.Printf("FAIL open: %v\n", err)
+		os.Exit(1)
+	}
+	id, ops := envInt(t, "VMLANE_HELPER_ID"), envInt(t, "VMLANE_HELPER_OPS")
+	fmt.Println("READY")
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		os.Exit(1)
+	}
+	for i := range ops {
+		if err := reserveRelease(s, benchCID(0xb0000000+uint32(id), i)); err != nil {
+			fmt.Printf("FAIL %v\n", err)
+			os.Exit(1)
+		}
+	}
+	fmt.Println("DONE")
+}
+
+// readBench4096 sets up a 4,096-lease file in a /19 and returns it with the
+// MACs to look up.
+func readBench4096(b *testing.B) (path string, f *leases.File) {
+	b.Helper()
+	f = realisticFile(4096, netip.MustParsePrefix("10.20.0.0/19"))
+	path = filepath.Join(b.TempDir(), "leases.json")
+	if err := writeAtomicFloor(path, encodeFile(b, f)); err != nil {
+		b.Fatal(err)
+	}
+	return path, f
+}
+
+// BenchmarkReadByMAC4096 is a VM runtime's lookup: read the file, find a
+// MAC's lease. It cycles through the MACs, so a lookup scans half the file
+// on average if the snapshot scans.
+func BenchmarkReadByMAC4096(b *testing.B) {
+	path, f := readBench4096(b)
+	b.ResetTimer()
+	for i := range b.N {
+		want := f.Leases[(i*2654435761)%len(f.Leases)]
+		snap, err := leases.Read(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		l, ok := snap.ByMAC(want.MAC)
+		if !ok || l.IP != want.IP {
+			b.Fatalf("ByMAC(%s) = %s %v, want %s", want.MAC, l.IP, ok, want.IP)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "reads/s")
+}
+
+// BenchmarkReadByMAC4096Rewritten replaces the file (a new inode, as the
+// store's rename makes) before every read, outside the timer, alternating
+// between two versions that give one lease a different MAC. A reader that
+// cached by inode, or by anything but the content, would return the old
+// version's answer and fail.
+func BenchmarkReadByMAC4096Rewritten(b *testing.B) {
+	path, f := readBench4096(b)
+	k := len(f.Leases) / 2
+	target := f.Leases[k]
+	var versions [2][]byte
+	var macs [2]string
+	for v := range versions {
+		macs[v] = fmt.Sprintf("52:54:00:00:00:%02x", v)
+		f.Leases[k].MAC = macs[v]
+		versions[v] = encodeFile(b, f)
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		v := i % 2
+		if err := writeAtomicFloor(path, versions[v]); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		snap, err := leases.Read(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if l, ok := snap.ByMAC(macs[v]); !ok || l.IP != target.IP {
+			b.Fatalf("read %d: ByMAC(%s) = %s %v, want %s: the reader returned a stale file", i, macs[v], l.IP, ok, target.IP)
+		}
+		if l, ok := snap.ByMAC(macs[1-v]); ok {
+			b.Fatalf("read %d: ByMAC(%s) = %s, a MAC of the replaced file: the reader returned a stale file", i, macs[1-v], l.IP)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "reads/s")
+}
