@@ -66,25 +66,8 @@ func Compute(nodes []Node, self string) Desired {
 	slices.SortFunc(d.PodCIDRs, comparePrefix)
 	d.PodCIDRs = slices.Compact(d.PodCIDRs)
 
-	// owners of each podCIDR, to find overlaps.
-	type claim struct {
-		p    netip.Prefix
-		node string
-	}
-	var claims []claim
-	for _, n := range nodes {
-		for _, p := range n.PodCIDRs {
-			claims = append(claims, claim{p, n.Name})
-		}
-	}
-	overlap := func(node string, p netip.Prefix) string {
-		for _, c := range claims {
-			if c.node != node && c.p.Overlaps(p) {
-				return fmt.Sprintf("podCIDR %s overlaps %s of node %s", p, c.p, c.node)
-			}
-		}
-		return ""
-	}
+	overlaps := findOverlaps(nodes)
+	overlap := func(node string, p netip.Prefix) string { return overlaps[claim{p, node}] }
 
 	for _, n := range nodes {
 		if n.Name == self {
@@ -118,6 +101,72 @@ func Compute(nodes []Node, self string) Desired {
 		return comparePrefix(a.Dst, b.Dst)
 	})
 	return d
+}
+
+type claim struct {
+	p    netip.Prefix
+	node string
+}
+
+// findOverlaps returns, for each (podCIDR, node) that overlaps a podCIDR of
+// another node, why. CIDRs overlap only by containment, so after sorting by
+// start address (wider first) every overlap is with the widest earlier
+// prefix still open: one pass, O(n log n) for thousands of nodes.
+func findOverlaps(nodes []Node) map[claim]string {
+	var claims []claim
+	for _, n := range nodes {
+		for _, p := range n.PodCIDRs {
+			claims = append(claims, claim{p.Masked(), n.Name})
+		}
+	}
+	slices.SortFunc(claims, func(a, b claim) int {
+		if c := comparePrefix(a.p, b.p); c != 0 {
+			return c
+		}
+		if a.node < b.node {
+			return -1
+		}
+		if a.node > b.node {
+			return 1
+		}
+		return 0
+	})
+	out := map[claim]string{}
+	mark := func(a, b claim) {
+		if _, seen := out[a]; !seen {
+			out[a] = fmt.Sprintf("podCIDR %s overlaps %s of node %s", a.p, b.p, b.node)
+		}
+	}
+	open := -1 // index of the prefix whose range reaches furthest so far
+	for i, c := range claims {
+		if open >= 0 && claims[open].p.Addr().Is4() == c.p.Addr().Is4() && claims[open].p.Contains(c.p.Addr()) {
+			if claims[open].node != c.node {
+				mark(c, claims[open])
+				mark(claims[open], c)
+			}
+			if lastAddrOf(c.p).Compare(lastAddrOf(claims[open].p)) <= 0 {
+				continue
+			}
+		}
+		open = i
+	}
+	return out
+}
+
+func lastAddrOf(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	for i := range b {
+		bits := p.Bits() - i*8
+		switch {
+		case bits >= 8:
+		case bits <= 0:
+			b[i] = 0xff
+		default:
+			b[i] |= 0xff >> bits
+		}
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
 }
 
 func firstOfFamily(addrs []netip.Addr, v4 bool) (netip.Addr, bool) {

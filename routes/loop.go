@@ -67,8 +67,8 @@ func (l *Loop) Once() (Outcome, error) {
 	want, chains := l.Desired()
 	out, err := Reconcile(l.Table, want, l.Proto)
 	for i, ipt := range l.IPT {
-		if i >= len(chains) {
-			break
+		if ipt == nil || i >= len(chains) || chains[i] == nil {
+			continue
 		}
 		changed, cerr := EnsureChains(ipt, chains[i])
 		if changed {

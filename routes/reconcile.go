@@ -94,6 +94,13 @@ func Reconcile(t routeTable, want []Route, proto int) (Outcome, error) {
 			out.Foreign = append(out.Foreign, f)
 			continue
 		}
+		if have, ok := owned[r.Dst]; ok && have.Via == r.Via {
+			wanted[r.Dst] = true
+			continue
+		}
+		// Only routes about to be installed are checked: the steady state
+		// costs no lookups, and the kernel itself refuses a gateway that
+		// is not on a connected subnet.
 		gw, err := t.Get(r.Via)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("looking up next hop %s of %s: %w", r.Via, r.Dst, err))
@@ -104,9 +111,6 @@ func Reconcile(t routeTable, want []Route, proto int) (Outcome, error) {
 			continue
 		}
 		wanted[r.Dst] = true
-		if have, ok := owned[r.Dst]; ok && have.Via == r.Via {
-			continue
-		}
 		if err := t.Replace(r.Dst, r.Via, proto); err != nil {
 			errs = append(errs, fmt.Errorf("adding route %s via %s: %w", r.Dst, r.Via, err))
 			continue

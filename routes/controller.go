@@ -1,0 +1,250 @@
+package routes
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// Options configure the Controller.
+type Options struct {
+	// NodeName is this node; its own podCIDRs are not routed.
+	NodeName string
+	// NodeIPAnnotation names an annotation whose address, when present,
+	// is the node's next hop instead of its InternalIP.
+	NodeIPAnnotation string
+	// ClusterCIDRs is the pod network; empty means every node's podCIDRs.
+	ClusterCIDRs []netip.Prefix
+	// Masquerade NATs pod traffic that leaves the pod network.
+	Masquerade bool
+	// Protocol marks vmlane's routes (DefaultProtocol when 0).
+	Protocol int
+	// Resync is how often the kernel state is checked even without
+	// events (30 s when 0).
+	Resync time.Duration
+}
+
+// Controller watches Nodes and keeps routes and iptables in step.
+type Controller struct {
+	opts     Options
+	log      *slog.Logger
+	informer cache.SharedIndexInformer
+	lister   corelisters.NodeLister
+	queue    workqueue.TypedRateLimitingInterface[string]
+	loop     *Loop
+	recorder record.EventRecorder
+	metrics  *Metrics
+
+	mu       sync.Mutex
+	reported map[string]bool // node/reason pairs already logged and evented
+
+	lastOK atomic.Int64 // unix nanos of the last successful reconcile
+}
+
+// syncKey is the only workqueue key: every Node event asks for one full
+// reconcile, which reads all Nodes from the lister. Collapsing events into
+// one key lets a burst of 5,000 Node updates cost a few reconciles.
+const syncKey = "sync"
+
+// NewController wires an informer on Nodes (slimmed by Slim) to a Loop over
+// table and ipt (one per address family: [IPv4, IPv6], either may be nil).
+func NewController(client kubernetes.Interface, table routeTable, ipt4, ipt6 iptablesInterface, recorder record.EventRecorder, m *Metrics, log *slog.Logger, o Options) *Controller {
+	if o.Protocol == 0 {
+		o.Protocol = DefaultProtocol
+	}
+	if o.Resync == 0 {
+		o.Resync = 30 * time.Second
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTransform(Slim(o.NodeIPAnnotation)))
+	inf := factory.Core().V1().Nodes()
+	c := &Controller{
+		opts:     o,
+		log:      log,
+		informer: inf.Informer(),
+		lister:   inf.Lister(),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "vmlane-nodes"}),
+		recorder: recorder,
+		metrics:  m,
+		reported: map[string]bool{},
+	}
+	var ipts []iptablesInterface
+	for _, i := range []iptablesInterface{ipt4, ipt6} {
+		ipts = append(ipts, i)
+	}
+	c.loop = &Loop{Table: table, IPT: ipts, Proto: o.Protocol, Resync: o.Resync, Desired: c.desired, Observe: c.observe, Log: log}
+	c.loop.Init()
+	enqueue := func(kind string) func(any) {
+		return func(any) {
+			m.informerEvent(kind)
+			c.queue.Add(syncKey)
+		}
+	}
+	c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue("add"),
+		UpdateFunc: func(_, n any) { enqueue("update")(n) },
+		// The lister already lacks the node, and a tombstone
+		// (cache.DeletedFinalStateUnknown) needs no unwrapping: the key
+		// is the same for every event.
+		DeleteFunc: enqueue("delete"),
+	})
+	return c
+}
+
+// Run starts the informer and reconciles until ctx ends. Nothing is
+// deleted before the informer has synced: an empty cache must not look
+// like a cluster without nodes.
+func (c *Controller) Run(ctx context.Context) error {
+	defer c.queue.ShutDown()
+	go c.informer.Run(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), c.informer.HasSynced) {
+		return fmt.Errorf("node informer did not sync: %w", ctx.Err())
+	}
+	c.log.Info("node informer synced", "nodes", len(c.informer.GetStore().ListKeys()))
+	go func() {
+		for c.processNext() {
+		}
+	}()
+	go c.loop.Run(ctx)
+	<-ctx.Done()
+	return nil
+}
+
+// Trigger asks for a reconcile (the kernel lost a route).
+func (c *Controller) Trigger() { c.loop.Trigger() }
+
+func (c *Controller) processNext() bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	c.loop.Trigger()
+	c.queue.Forget(key)
+	return true
+}
+
+// LastSuccess is when a reconcile last succeeded (zero: never).
+func (c *Controller) LastSuccess() time.Time {
+	if n := c.lastOK.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
+
+// Synced reports whether the informer has synced.
+func (c *Controller) Synced() bool { return c.informer.HasSynced() }
+
+// Node returns this controller's view of a node from the informer cache.
+func (c *Controller) Node(name string) (*corev1.Node, error) { return c.lister.Get(name) }
+
+func (c *Controller) nodes() []Node {
+	objs, err := c.lister.List(labels.Everything())
+	if err != nil {
+		c.log.Error("listing nodes from cache", "err", err)
+		return nil
+	}
+	out := make([]Node, 0, len(objs))
+	for _, o := range objs {
+		n := FromNode(o, c.opts.NodeIPAnnotation)
+		for _, p := range n.Problems {
+			c.reportOnce(o, "VmlaneBadNode", p)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+func (c *Controller) desired() ([]Route, [][]Chain) {
+	start := time.Now()
+	nodes := c.nodes()
+	d := Compute(nodes, c.opts.NodeName)
+	for _, s := range d.Skips {
+		if s.Reason == "no podCIDRs yet" {
+			continue
+		}
+		c.reportOnceByName(s.Node, "VmlaneRouteSkipped", s.Reason)
+	}
+	var chains [][]Chain
+	for _, v4 := range []bool{true, false} {
+		var pod netip.Prefix
+		for _, p := range d.Self {
+			if p.Addr().Is4() == v4 {
+				pod = p
+				break
+			}
+		}
+		if !pod.IsValid() {
+			chains = append(chains, nil)
+			continue
+		}
+		cluster := c.opts.ClusterCIDRs
+		if len(cluster) == 0 {
+			cluster = d.PodCIDRs
+		}
+		var fam []netip.Prefix
+		for _, p := range cluster {
+			if p.Addr().Is4() == v4 {
+				fam = append(fam, p)
+			}
+		}
+		chains = append(chains, Chains(NATOptions{PodCIDR: pod, Cluster: fam, Masquerade: c.opts.Masquerade}))
+	}
+	c.metrics.observeCompute(time.Since(start))
+	return d.Routes, chains
+}
+
+func (c *Controller) observe(out Outcome, err error) {
+	c.metrics.observe(out, err)
+	for _, r := range out.Unreachable {
+		c.reportOnceByName(r.Node, "VmlaneNextHopUnreachable",
+			fmt.Sprintf("route %s not installed: next hop %s is not directly reachable from node %s", r.Dst, r.Via, c.opts.NodeName))
+	}
+	for _, r := range out.Foreign {
+		c.log.Warn("a route of another owner holds a pod subnet; leaving it", "route", r.String())
+	}
+	if err == nil {
+		c.lastOK.Store(time.Now().UnixNano())
+	}
+}
+
+func (c *Controller) reportOnceByName(node, reason, msg string) {
+	n, err := c.lister.Get(node)
+	if err != nil {
+		return
+	}
+	c.reportOnce(n, reason, msg)
+}
+
+// reportOnce logs and records an Event once per node, reason and message,
+// so a resync every 30 s does not flood the log or the API server.
+func (c *Controller) reportOnce(n *corev1.Node, reason, msg string) {
+	k := n.Name + "\x00" + reason + "\x00" + msg
+	c.mu.Lock()
+	seen := c.reported[k]
+	c.reported[k] = true
+	c.mu.Unlock()
+	if seen {
+		return
+	}
+	c.log.Warn(msg, "node", n.Name, "reason", reason)
+	if c.recorder != nil {
+		ref := &corev1.ObjectReference{Kind: "Node", Name: n.Name, UID: n.UID, APIVersion: "v1"}
+		c.recorder.Event(ref, corev1.EventTypeWarning, reason, msg)
+	}
+}

@@ -1,0 +1,80 @@
+package routes
+
+import (
+	"fmt"
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// FromNode extracts what the controller needs from a Node. Fields that do
+// not parse are recorded in Problems, never fatal: one bad Node must not
+// stop routing to the others.
+func FromNode(n *corev1.Node, ipAnnotation string) Node {
+	out := Node{Name: n.Name}
+	cidrs := n.Spec.PodCIDRs
+	if len(cidrs) == 0 && n.Spec.PodCIDR != "" {
+		cidrs = []string{n.Spec.PodCIDR}
+	}
+	for _, c := range cidrs {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			out.Problems = append(out.Problems, fmt.Sprintf("podCIDR %q does not parse", c))
+			continue
+		}
+		out.PodCIDRs = append(out.PodCIDRs, p.Masked())
+	}
+	if ipAnnotation != "" {
+		if v, ok := n.Annotations[ipAnnotation]; ok {
+			if a, err := netip.ParseAddr(v); err == nil {
+				out.Addrs = append(out.Addrs, a.Unmap())
+			} else {
+				out.Problems = append(out.Problems, fmt.Sprintf("annotation %s=%q is not an IP address", ipAnnotation, v))
+			}
+		}
+	}
+	for _, want := range []corev1.NodeAddressType{corev1.NodeInternalIP, corev1.NodeExternalIP} {
+		for _, a := range n.Status.Addresses {
+			if a.Type != want {
+				continue
+			}
+			ip, err := netip.ParseAddr(a.Address)
+			if err != nil {
+				out.Problems = append(out.Problems, fmt.Sprintf("%s %q is not an IP address", a.Type, a.Address))
+				continue
+			}
+			out.Addrs = append(out.Addrs, ip.Unmap())
+		}
+	}
+	return out
+}
+
+// Slim is the informer's transform: it keeps only what FromNode reads (name,
+// podCIDRs, addresses, the one annotation), so 5,000 Nodes with their images,
+// conditions and managed fields do not sit in the daemon's memory.
+func Slim(ipAnnotation string) func(any) (any, error) {
+	return func(obj any) (any, error) {
+		n, ok := obj.(*corev1.Node)
+		if !ok {
+			return obj, nil // DeletedFinalStateUnknown and the like
+		}
+		s := &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{
+				Name:            n.Name,
+				UID:             n.UID,
+				ResourceVersion: n.ResourceVersion,
+			},
+			Spec: corev1.NodeSpec{PodCIDR: n.Spec.PodCIDR, PodCIDRs: n.Spec.PodCIDRs},
+		}
+		if v, ok := n.Annotations[ipAnnotation]; ok && ipAnnotation != "" {
+			s.Annotations = map[string]string{ipAnnotation: v}
+		}
+		for _, a := range n.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP || a.Type == corev1.NodeExternalIP {
+				s.Status.Addresses = append(s.Status.Addresses, a)
+			}
+		}
+		return s, nil
+	}
+}
