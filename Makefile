@@ -13,7 +13,12 @@ APT_PKGS  := iproute2 iptables iputils-ping util-linux procps kmod cpio busybox-
 
 export GOFLAGS ?= -buildvcs=false
 
-.PHONY: all build test deps lint unit fuzz darwin bench guest clean
+# The reference CNI plugins `make bench` holds vmlane against: bridge and
+# host-local at the containernetworking/plugins version go.mod pins.
+CNI_PLUGINS_VERSION = $(shell $(GO) list -m -f '{{.Version}}' github.com/containernetworking/plugins)
+CNI_PLUGINS_DIR     = $(CACHE)/cni-plugins/$(CNI_PLUGINS_VERSION)
+
+.PHONY: all build test deps lint unit fuzz darwin bench guest cni-reference clean distclean
 
 all: build
 
@@ -72,8 +77,17 @@ darwin:
 	GOOS=darwin $(GO) vet ./...
 
 ## bench: benchmark tables (lease store; CNI ADD/DEL against bridge+host-local)
-bench: deps build
-	$(GO) test -run '^$$' -bench . -benchtime 2s ./leases | tee $(CACHE)/bench-leases.txt | $(GO) run ./internal/benchtable
+bench: deps build cni-reference
+	@mkdir -p $(CACHE)
+	set -o pipefail; $(GO) test -run '^$$' -bench . -benchtime 2s ./leases | tee $(CACHE)/bench-leases.txt | $(GO) run ./internal/benchtable
+	set -o pipefail; $(GO) run ./internal/cnibench -vmlane $(BIN)/vmlane -ref $(CNI_PLUGINS_DIR) | tee $(CACHE)/bench-cni.txt
+
+# One go install makes both reference plugins, cached by version.
+cni-reference:
+	@test -x $(CNI_PLUGINS_DIR)/bridge -a -x $(CNI_PLUGINS_DIR)/host-local || \
+		GOBIN=$(CNI_PLUGINS_DIR) $(GO) install \
+			github.com/containernetworking/plugins/plugins/main/bridge@$(CNI_PLUGINS_VERSION) \
+			github.com/containernetworking/plugins/plugins/ipam/host-local@$(CNI_PLUGINS_VERSION)
 
 clean:
 	rm -rf $(BIN)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vmlane/vmlane/internal/bridge"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -31,26 +32,9 @@ var ingressHandle = netlink.MakeHandle(0xffff, 0)
 // of its own.
 const in6AddrGenModeNone = 1
 
-func isNotFound(err error) bool {
-	var nf netlink.LinkNotFoundError
-	return errors.As(err, &nf) || errors.Is(err, syscall.ENODEV)
-}
+func isNotFound(err error) bool { return bridge.IsNotFound(err) }
 
-func (netlinkDataplane) DefaultMTU() int {
-	routes, err := netlinksafe.RouteList(nil, netlink.FAMILY_V4)
-	if err != nil {
-		return 0
-	}
-	for _, r := range routes {
-		if r.Dst != nil && r.Dst.IP != nil && !r.Dst.IP.IsUnspecified() {
-			continue
-		}
-		if l, err := netlink.LinkByIndex(r.LinkIndex); err == nil {
-			return l.Attrs().MTU
-		}
-	}
-	return 0
-}
+func (netlinkDataplane) DefaultMTU() int { return bridge.DefaultRouteMTU() }
 
 func (netlinkDataplane) CheckNetns(path string) error {
 	if path == "" {
@@ -64,70 +48,15 @@ func (netlinkDataplane) CheckNetns(path string) error {
 }
 
 func (netlinkDataplane) EnsureBridge(name string, gw netip.Prefix, mtu int, mac string) (Link, error) {
-	hw, err := net.ParseMAC(mac)
-	if err != nil {
-		return Link{}, err
-	}
-	l, err := netlinksafe.LinkByName(name)
-	if isNotFound(err) {
-		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name, MTU: mtu, HardwareAddr: hw, TxQLen: -1}}
-		err = netlink.LinkAdd(br)
-		if err != nil && !errors.Is(err, syscall.EEXIST) { // EEXIST: a concurrent ADD made it
-			return Link{}, fmt.Errorf("creating bridge: %w", err)
-		}
-		l, err = netlinksafe.LinkByName(name)
+	got, err := bridge.Ensure(name, gw, mtu, mac)
+	var nb *bridge.NotBridgeError
+	if errors.As(err, &nb) {
+		return Link{}, &notBridgeError{Name: nb.Name, Type: nb.Type}
 	}
 	if err != nil {
 		return Link{}, err
 	}
-	if _, ok := l.(*netlink.Bridge); !ok {
-		return Link{}, &notBridgeError{Name: name, Type: l.Type()}
-	}
-	a := l.Attrs()
-	if a.MTU != mtu {
-		if err := netlink.LinkSetMTU(l, mtu); err != nil {
-			return Link{}, fmt.Errorf("setting MTU %d: %w", mtu, err)
-		}
-	}
-	// A bridge takes the lowest MAC of its ports unless one is set, so its
-	// MAC (the pods' gateway MAC) would change as pods come and go and
-	// every guest's ARP entry for the gateway would go stale. Setting it
-	// pins it.
-	if a.HardwareAddr.String() != hw.String() {
-		if err := netlink.LinkSetHardwareAddr(l, hw); err != nil {
-			return Link{}, fmt.Errorf("pinning MAC %s: %w", hw, err)
-		}
-	}
-	if err := ensureOnlyAddr(l, gw); err != nil {
-		return Link{}, err
-	}
-	if err := netlink.LinkSetUp(l); err != nil {
-		return Link{}, fmt.Errorf("setting up: %w", err)
-	}
-	return Link{Name: name, MAC: hw.String(), MTU: mtu}, nil
-}
-
-// ensureOnlyAddr adds gw, then removes every other address of its family:
-// the gateway of an older pod CIDR must not linger (bridge's forceAddress).
-// Adding first keeps the bridge addressed throughout.
-func ensureOnlyAddr(l netlink.Link, gw netip.Prefix) error {
-	want := &netlink.Addr{IPNet: &net.IPNet{IP: gw.Addr().AsSlice(), Mask: net.CIDRMask(gw.Bits(), gw.Addr().BitLen())}}
-	if err := netlink.AddrAdd(l, want); err != nil && !errors.Is(err, syscall.EEXIST) {
-		return fmt.Errorf("adding gateway %s: %w", gw, err)
-	}
-	addrs, err := netlinksafe.AddrList(l, netlink.FAMILY_V4)
-	if err != nil {
-		return fmt.Errorf("listing addresses: %w", err)
-	}
-	for _, a := range addrs {
-		if a.IPNet.String() == want.IPNet.String() {
-			continue
-		}
-		if err := netlink.AddrDel(l, &a); err != nil && !errors.Is(err, syscall.EADDRNOTAVAIL) {
-			return fmt.Errorf("removing stale gateway %s: %w", a.IPNet, err)
-		}
-	}
-	return nil
+	return Link{Name: name, MAC: got, MTU: mtu}, nil
 }
 
 // EnableForwarding sets net.ipv4.ip_forward in the netns the plugin runs
@@ -345,15 +274,10 @@ func (netlinkDataplane) DeleteNetnsLinks(netnsPath string, names ...string) erro
 }
 
 func (netlinkDataplane) BridgeStatus(name string) error {
-	l, err := netlinksafe.LinkByName(name)
-	if err != nil {
-		return err
+	err := bridge.Status(name)
+	var nb *bridge.NotBridgeError
+	if errors.As(err, &nb) {
+		return &notBridgeError{Name: nb.Name, Type: nb.Type}
 	}
-	if _, ok := l.(*netlink.Bridge); !ok {
-		return &notBridgeError{Name: name, Type: l.Type()}
-	}
-	if l.Attrs().Flags&net.FlagUp == 0 {
-		return errors.New("bridge is down")
-	}
-	return nil
+	return err
 }

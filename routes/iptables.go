@@ -14,6 +14,10 @@ const (
 	ChainForward = "VMLANE-FORWARD"
 )
 
+// IPTables is the part of github.com/coreos/go-iptables vmlane uses, one
+// per address family.
+type IPTables = iptablesInterface
+
 // iptablesInterface is the part of github.com/coreos/go-iptables vmlane
 // uses, one per address family.
 type iptablesInterface interface {

@@ -221,3 +221,19 @@ func TestChainsWithoutMasquerade(t *testing.T) {
 		}
 	}
 }
+
+func TestTeardown(t *testing.T) {
+	table := newFakeTable("default via 192.168.1.1 dev eth0 proto 4", "10.244.1.0/24 via 192.168.1.11 proto 77", "10.244.9.0/24 via 192.168.1.9 proto 12")
+	ipt := newFakeIPT()
+	EnsureChains(ipt, Chains(NATOptions{PodCIDR: netip.MustParsePrefix("10.244.0.0/24"), Cluster: pfx("10.244.0.0/16"), Masquerade: true}))
+	removed, err := Teardown(table, []iptablesInterface{ipt, nil}, DefaultProtocol)
+	if err != nil || len(removed) != 1 {
+		t.Fatalf("Teardown = %v, %v", removed, err)
+	}
+	if diff := cmp.Diff("10.244.9.0/24 via 192.168.1.9 proto 12\ndefault via 192.168.1.1 dev eth0 proto 4", table.String()); diff != "" {
+		t.Errorf("routes after teardown (-want +got):\n%s", diff)
+	}
+	if got := ipt.String(); got != "*filter -N FORWARD\n*nat -N POSTROUTING\n" {
+		t.Errorf("iptables after teardown:\n%s", got)
+	}
+}

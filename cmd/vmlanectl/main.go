@@ -39,6 +39,7 @@ func usage() string {
   vmlanectl leases get    (--mac MAC | --ip IP) [--lease-file FILE] [-o table|json]
   vmlanectl leases wait   --mac MAC [--timeout DURATION] [--lease-file FILE] [-o table|json]
   vmlanectl leases export --cocoon PATH [--lease-file FILE]
+  vmlanectl teardown      [--route-protocol N] [--cni-conf-dir DIR] [--bridge NAME] [--dry-run]
   vmlanectl help
 
 Commands:
@@ -48,6 +49,9 @@ Commands:
                  file need not exist yet)
   leases export  write the live leases to PATH as cocoon-net's JSON array of
                  {mac, ip, expiry}, atomically
+  teardown       remove what vmlane installed on this node: routes with its
+                 protocol, its iptables chains, its conflists and the bridge;
+                 nothing else (leases are kept)
 
 Flags (before or after the command word):
   --lease-file FILE   vmlane's leases.json or macOS bootpd's dhcpd_leases, told
@@ -106,8 +110,10 @@ func (c *cli) run(args []string) int {
 		return exitOK
 	case "leases":
 		return c.runLeases(rest)
+	case "teardown":
+		return c.runTeardown(rest)
 	default:
-		return c.fail("vmlanectl", usagef("unknown command %q: the commands are: leases, help", cmd))
+		return c.fail("vmlanectl", usagef("unknown command %q: the commands are: leases, teardown, help", cmd))
 	}
 }
 

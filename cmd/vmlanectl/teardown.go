@@ -1,0 +1,43 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/vmlane/vmlane/routes"
+)
+
+// teardownOpts are the flags of `vmlanectl teardown`; they must match the
+// daemon's.
+type teardownOpts struct {
+	protocol   int
+	cniConfDir string
+	bridge     string
+	dryRun     bool
+}
+
+func (c *cli) runTeardown(args []string) int {
+	o := teardownOpts{}
+	fs := flag.NewFlagSet("vmlanectl teardown", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.IntVar(&o.protocol, "route-protocol", routes.DefaultProtocol, "")
+	fs.StringVar(&o.cniConfDir, "cni-conf-dir", "/etc/cni/net.d", "")
+	fs.StringVar(&o.bridge, "bridge", "vmlane0", "")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "")
+	if err := fs.Parse(args); err != nil {
+		return c.fail("vmlanectl teardown", usagef("%v", err))
+	}
+	if fs.NArg() > 0 {
+		return c.fail("vmlanectl teardown", usagef("unexpected argument %q", fs.Arg(0)))
+	}
+	if o.protocol < 5 || o.protocol > 255 {
+		return c.fail("vmlanectl teardown", usagef("invalid --route-protocol %d: want 5-255", o.protocol))
+	}
+	if err := teardown(c.stdout, o); err != nil {
+		return c.fail("vmlanectl teardown", err)
+	}
+	return exitOK
+}
+
+func printf(w io.Writer, format string, args ...any) { fmt.Fprintf(w, format, args...) }

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/vmlane/vmlane/internal/bridge"
+	"github.com/vmlane/vmlane/routes"
+)
+
+// teardown removes everything vmlane installed on this node, and nothing
+// else: routes with vmlane's protocol, vmlane's iptables chains and jumps,
+// the conflists vmlaned wrote, and the bridge (which takes the host ends of
+// any remaining pod veths with it). Leases are kept: they are the record
+// of which pod had which address.
+func teardown(w io.Writer, o teardownOpts) error {
+	if o.dryRun {
+		printf(w, "would remove: routes with protocol %d, iptables chains %s and %s with their jumps, %s and %s in %s, bridge %s\n",
+			o.protocol, routes.ChainNAT, routes.ChainForward, "10-vmlane.conflist", "99-vmlane-vm.conflist", o.cniConfDir, o.bridge)
+		return nil
+	}
+	var errs []error
+	var ipts []routes.IPTables
+	for _, v6 := range []bool{false, true} {
+		ipt, err := routes.NewIPTables(v6)
+		if err != nil {
+			if !v6 {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		ipts = append(ipts, ipt)
+	}
+	removed, err := routes.Teardown(routes.NewKernelTable(), ipts, o.protocol)
+	errs = append(errs, err)
+	for _, r := range removed {
+		printf(w, "removed route %s\n", r)
+	}
+	printf(w, "removed iptables chains %s and %s\n", routes.ChainNAT, routes.ChainForward)
+	for _, name := range []string{"10-vmlane.conflist", "99-vmlane-vm.conflist"} {
+		p := filepath.Join(o.cniConfDir, name)
+		err := os.Remove(p)
+		switch {
+		case err == nil:
+			printf(w, "removed %s\n", p)
+		case !errors.Is(err, fs.ErrNotExist):
+			errs = append(errs, err)
+		}
+	}
+	if err := bridge.Delete(o.bridge); err != nil {
+		errs = append(errs, fmt.Errorf("deleting bridge %s: %w", o.bridge, err))
+	} else {
+		printf(w, "removed bridge %s (if it existed)\n", o.bridge)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// The conflists vmlaned writes into --cni-conf-dir. "10-vmlane.conflist"
+// (network "vmlane", plain pods) sorts before most other plugins' files, so
+// the CRI runtime picks it for ordinary pods. "99-vmlane-vm.conflist"
+// (network "vmlane-vm", "vm": true) sorts last, so the CRI runtime never
+// picks it; a VM runtime loads it by name for its VM pods.
+const (
+	ConflistName   = "10-vmlane.conflist"
+	VMConflistName = "99-vmlane-vm.conflist"
+)
+
+func conflistFile(vm bool) string {
+	if vm {
+		return VMConflistName
+	}
+	return ConflistName
+}
+
+// conflistParams is what the node's conflist is made of.
+type conflistParams struct {
+	Bridge    string
+	Subnet    netip.Prefix
+	Gateway   netip.Addr
+	MTU       int
+	LeaseFile string
+	LeaseTime time.Duration
+	DNS       []string
+	Search    []string
+	Domain    string
+	Exclude   string // the DHCP dynamic range, kept out of CNI allocation
+	VM        bool
+}
+
+// renderConflist is a node's CNI config: one vmlane plugin with the node's
+// subnet. Pure: golden tested.
+func renderConflist(p conflistParams) ([]byte, error) {
+	plugin := map[string]any{
+		"type":         "vmlane",
+		"bridge":       p.Bridge,
+		"subnet":       p.Subnet.String(),
+		"gateway":      p.Gateway.String(),
+		"leaseFile":    p.LeaseFile,
+		"leaseTime":    p.LeaseTime.String(),
+		"vm":           p.VM,
+		"capabilities": map[string]bool{"mac": true, "ips": true},
+	}
+	if p.MTU != 0 {
+		plugin["mtu"] = p.MTU
+	}
+	if len(p.DNS)+len(p.Search) > 0 || p.Domain != "" {
+		dns := map[string]any{}
+		if len(p.DNS) > 0 {
+			dns["nameservers"] = p.DNS
+		}
+		if len(p.Search) > 0 {
+			dns["search"] = p.Search
+		}
+		if p.Domain != "" {
+			dns["domain"] = p.Domain
+		}
+		plugin["dns"] = dns
+	}
+	if p.Exclude != "" {
+		plugin["excludeRange"] = p.Exclude
+	}
+	name := "vmlane"
+	if p.VM {
+		name = "vmlane-vm"
+	}
+	out, err := json.MarshalIndent(map[string]any{
+		"cniVersion": "1.1.0",
+		"name":       name,
+		"plugins":    []any{plugin},
+	}, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(out, '\n'), nil
+}
+
+// writeConflist writes the conflist atomically (temp file, fsync, rename),
+// and only when its content changes, so the runtime's file watch does not
+// fire on every restart. It reports whether it wrote.
+func writeConflist(dir, name string, data []byte) (bool, error) {
+	path := filepath.Join(dir, name)
+	if old, err := os.ReadFile(path); err == nil && string(old) == string(data) {
+		return false, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return false, err
+	}
+	tmp, err := os.CreateTemp(dir, "."+name+".tmp-*")
+	if err != nil {
+		return false, err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return false, err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return false, err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return false, err
+	}
+	if err := tmp.Close(); err != nil {
+		return false, err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return false, fmt.Errorf("installing %s: %w", path, err)
+	}
+	return true, nil
+}

@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/vmlane/vmlane/internal/bridge"
+	"github.com/vmlane/vmlane/plugin"
+	"github.com/vmlane/vmlane/routes"
+)
+
+func run(ctx context.Context, c *config, log *slog.Logger) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	h := &health{start: time.Now(), window: 3 * c.Resync}
+	if err := serve(ctx, c.HealthAddr, h.mux(), log); err != nil {
+		return err
+	}
+	if err := serve(ctx, c.MetricsAddr, metricsHandler(reg), log); err != nil {
+		return err
+	}
+
+	if c.PodCIDR.IsValid() {
+		log.Info("standalone mode", "podCIDR", c.PodCIDR)
+		if err := setupNode(c, c.PodCIDR, log); err != nil {
+			return err
+		}
+		h.ready.Store(true)
+		<-ctx.Done()
+		return nil
+	}
+
+	client, err := kubeClient(c.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	cidrs, err := waitForPodCIDRs(ctx, client, c.NodeName, log)
+	if err != nil {
+		return err
+	}
+	var v4 netip.Prefix
+	for _, p := range cidrs {
+		if p.Addr().Is4() {
+			v4 = p
+			break
+		}
+	}
+	if !v4.IsValid() {
+		return fmt.Errorf("node %s has no IPv4 podCIDR (%v): VM pods get their address by DHCPv4", c.NodeName, cidrs)
+	}
+	if err := setupNode(c, v4, log); err != nil {
+		return err
+	}
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "vmlaned", Host: c.NodeName})
+
+	ipt4, err := routes.NewIPTables(false)
+	if err != nil {
+		return fmt.Errorf("iptables: %w", err)
+	}
+	ipt6, err := routes.NewIPTables(true)
+	if err != nil {
+		log.Warn("ip6tables unusable; IPv6 pod traffic gets no vmlane rules", "err", err)
+		ipt6 = nil
+	}
+	ctrl := routes.NewController(client, routes.NewKernelTable(), ipt4, ipt6, recorder, routes.NewMetrics(reg), log.With("component", "routes"), routes.Options{
+		NodeName:         c.NodeName,
+		NodeIPAnnotation: c.NodeIPAnnotation,
+		ClusterCIDRs:     c.ClusterCIDRs,
+		Masquerade:       c.Masquerade,
+		Protocol:         c.RouteProtocol,
+		Resync:           c.Resync,
+	})
+	h.lastOK = ctrl.LastSuccess
+	if err := routes.WatchDeletes(c.RouteProtocol, ctx.Done(), ctrl.Trigger); err != nil {
+		log.Warn("no route-delete events; lost routes come back at the next resync", "err", err)
+	}
+	go func() {
+		// Ready once the routes of the cluster are known: the node is set
+		// up and the informer has synced.
+		for ctx.Err() == nil && !ctrl.Synced() {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err := setNetworkAvailable(ctx, client, c.NodeName); err != nil {
+			log.Error("setting NetworkUnavailable=False", "err", err)
+		}
+		h.ready.Store(true)
+	}()
+	return ctrl.Run(ctx)
+}
+
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig == "" {
+		cfg, err = rest.InClusterConfig()
+	} else {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client config: %w", err)
+	}
+	cfg.UserAgent = "vmlaned/" + version
+	return kubernetes.NewForConfig(cfg)
+}
+
+// waitForPodCIDRs polls the node until the node IPAM controller has given
+// it podCIDRs, logging every 30 s. API errors (the server restarting) are
+// retried with the same patience.
+func waitForPodCIDRs(ctx context.Context, client kubernetes.Interface, name string, log *slog.Logger) ([]netip.Prefix, error) {
+	var lastLog time.Time
+	for {
+		n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err == nil {
+			rn := routes.FromNode(n, "")
+			if len(rn.PodCIDRs) > 0 {
+				return rn.PodCIDRs, nil
+			}
+		}
+		if time.Since(lastLog) >= 30*time.Second {
+			if err != nil {
+				log.Info("waiting for the API server", "node", name, "err", err)
+			} else {
+				log.Info("waiting for the node's podCIDRs", "node", name)
+			}
+			lastLog = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// setupNode makes the bridge with the gateway and writes the conflists.
+func setupNode(c *config, subnet netip.Prefix, log *slog.Logger) error {
+	gw := subnet.Addr().Next()
+	mtu := c.MTU
+	if mtu == 0 {
+		mtu = bridge.DefaultRouteMTU()
+	}
+	if mtu == 0 {
+		mtu = 1500
+	}
+	if _, err := bridge.Ensure(c.Bridge, netip.PrefixFrom(gw, subnet.Bits()), mtu, plugin.DeriveMAC(gw)); err != nil {
+		return fmt.Errorf("setting up bridge %s: %w", c.Bridge, err)
+	}
+	for _, vm := range []bool{false, true} {
+		p := conflistParams{Bridge: c.Bridge, Subnet: subnet, Gateway: gw, MTU: mtu, LeaseFile: c.LeaseFile,
+			LeaseTime: c.LeaseTime, DNS: c.DNS, Search: c.Search, Domain: c.Domain, VM: vm}
+		data, err := renderConflist(p)
+		if err != nil {
+			return err
+		}
+		name := conflistFile(vm)
+		wrote, err := writeConflist(c.CNIConfDir, name, data)
+		if err != nil {
+			return fmt.Errorf("writing CNI config: %w", err)
+		}
+		if wrote {
+			log.Info("wrote CNI config", "file", name, "subnet", subnet)
+		}
+	}
+	log.Info("node set up", "bridge", c.Bridge, "gateway", gw, "mtu", mtu)
+	return nil
+}
+
+// setNetworkAvailable sets the Node's NetworkUnavailable condition to
+// False, as every network plugin that routes pod subnets does, so the
+// node.kubernetes.io/network-unavailable taint goes away.
+func setNetworkAvailable(ctx context.Context, client kubernetes.Interface, name string) error {
+	now := metav1.Now()
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{{
+		Type:               corev1.NodeNetworkUnavailable,
+		Status:             corev1.ConditionFalse,
+		Reason:             "VmlaneIsUp",
+		Message:            "vmlane routes this node's pod subnet",
+		LastTransitionTime: now,
+		LastHeartbeatTime:  now,
+	}}}})
+	// PatchStatus sends a strategic merge patch: conditions merge by type,
+	// so the kubelet's own conditions stay.
+	_, err := client.CoreV1().Nodes().PatchStatus(ctx, name, patch)
+	return err
+}

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// health answers /healthz and /readyz.
+type health struct {
+	start  time.Time
+	window time.Duration // three resync periods
+	ready  atomic.Bool
+	// lastOK returns when the last reconcile succeeded; nil in standalone
+	// mode, where there is nothing to reconcile.
+	lastOK func() time.Time
+}
+
+// healthy: a reconcile succeeded within the window, or the daemon is
+// younger than the window (still syncing).
+func (h *health) healthy(now time.Time) error {
+	if h.lastOK == nil {
+		return nil
+	}
+	last := h.lastOK()
+	if last.IsZero() {
+		if now.Sub(h.start) < h.window {
+			return nil
+		}
+		return fmt.Errorf("no reconcile has succeeded in %s", now.Sub(h.start).Round(time.Second))
+	}
+	if age := now.Sub(last); age > h.window {
+		return fmt.Errorf("last successful reconcile %s ago (limit %s)", age.Round(time.Second), h.window)
+	}
+	return nil
+}
+
+func (h *health) mux() *http.ServeMux {
+	m := http.NewServeMux()
+	m.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if err := h.healthy(time.Now()); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	m.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !h.ready.Load() {
+			http.Error(w, "node bootstrap not done", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return m
+}
+
+// serve runs an HTTP server on addr until ctx ends. It binds before
+// returning, so a taken port is an error at start, not a log line later.
+func serve(ctx context.Context, addr string, h http.Handler, log *slog.Logger) error {
+	if addr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+	}()
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server", "addr", addr, "err", err)
+		}
+	}()
+	return nil
+}
+
+func metricsHandler(reg *prometheus.Registry) http.Handler {
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+}

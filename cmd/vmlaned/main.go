@@ -1,0 +1,164 @@
+// Command vmlaned is vmlane's node daemon. On a Kubernetes node it reads
+// its own Node's podCIDRs, sets the node up (bridge, CNI conflists, the
+// NetworkUnavailable condition) and runs the route controller, which routes
+// every other node's pod subnets directly and keeps pod-to-pod traffic
+// un-NATed. With --pod-cidr and no cluster it runs standalone: bridge and
+// conflists for that subnet, for hosts that run VMs without Kubernetes.
+//
+// SIGTERM and SIGINT stop the daemon and leave routes, rules, the bridge and
+// the conflists in place, so a restart or an upgrade does not cut traffic;
+// `vmlanectl teardown` removes them.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/vmlane/vmlane/leases"
+	"github.com/vmlane/vmlane/routes"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// config is vmlaned's flags, parsed and checked.
+type config struct {
+	Kubeconfig       string
+	NodeName         string
+	PodCIDR          netip.Prefix // standalone mode when set
+	ClusterCIDRs     []netip.Prefix
+	RouteProtocol    int
+	Resync           time.Duration
+	Masquerade       bool
+	CNIConfDir       string
+	NodeIPAnnotation string
+	HealthAddr       string
+	MetricsAddr      string
+	Bridge           string
+	LeaseFile        string
+	MTU              int
+	LeaseTime        time.Duration
+	DNS, Search      []string
+	Domain           string
+	LogLevel         slog.Level
+}
+
+func parseFlags(args []string, stderr io.Writer) (*config, error) {
+	c := &config{}
+	fs := flag.NewFlagSet("vmlaned", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var podCIDR, clusterCIDR, dns, search, logLevel string
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses the in-cluster config")
+	fs.StringVar(&c.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
+	fs.StringVar(&podCIDR, "pod-cidr", "", "standalone mode: serve this subnet without Kubernetes")
+	fs.StringVar(&clusterCIDR, "cluster-cidr", "", "the cluster's pod network, comma-separated (default: every node's podCIDRs)")
+	fs.IntVar(&c.RouteProtocol, "route-protocol", routes.DefaultProtocol, "route protocol number that marks vmlane's routes")
+	fs.DurationVar(&c.Resync, "resync-period", 30*time.Second, "how often routes and rules are checked without events")
+	fs.BoolVar(&c.Masquerade, "masquerade", true, "masquerade pod traffic that leaves the pod network")
+	fs.StringVar(&c.CNIConfDir, "cni-conf-dir", "/etc/cni/net.d", "where the CNI conflists are written")
+	fs.StringVar(&c.NodeIPAnnotation, "node-ip-annotation", "", "annotation whose address overrides a node's InternalIP as next hop")
+	fs.StringVar(&c.HealthAddr, "health-addr", "127.0.0.1:9465", "address of /healthz and /readyz (never the VM bridge)")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", "127.0.0.1:9464", "address of /metrics (never the VM bridge)")
+	fs.StringVar(&c.Bridge, "bridge", "vmlane0", "the VM bridge")
+	fs.StringVar(&c.LeaseFile, "lease-file", leases.DefaultPath, "the lease file")
+	fs.IntVar(&c.MTU, "mtu", 0, "MTU of the bridge and pod links (default: the plugin's, from the default route)")
+	fs.DurationVar(&c.LeaseTime, "lease-time", time.Hour, "DHCP lease time")
+	fs.StringVar(&dns, "dns", "", "DNS servers for pods, comma-separated")
+	fs.StringVar(&search, "search", "", "DNS search domains, comma-separated")
+	fs.StringVar(&c.Domain, "domain", "", "DNS domain")
+	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if *showVersion {
+		fmt.Fprintln(stderr, "vmlaned", version)
+		return nil, flag.ErrHelp
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if err := c.LogLevel.UnmarshalText([]byte(logLevel)); err != nil {
+		return nil, fmt.Errorf("invalid --log-level %q: want debug, info, warn or error", logLevel)
+	}
+	if podCIDR != "" {
+		p, err := netip.ParsePrefix(podCIDR)
+		if err != nil || p != p.Masked() || !p.Addr().Is4() || p.Bits() > 30 {
+			return nil, fmt.Errorf("invalid --pod-cidr %q: want an IPv4 network of /30 or larger, like 10.244.3.0/24", podCIDR)
+		}
+		c.PodCIDR = p
+	} else if c.NodeName == "" {
+		return nil, errors.New("--node-name (or $NODE_NAME) is required unless --pod-cidr runs vmlaned standalone")
+	}
+	for _, s := range splitList(clusterCIDR) {
+		p, err := netip.ParsePrefix(s)
+		if err != nil || p != p.Masked() {
+			return nil, fmt.Errorf("invalid --cluster-cidr %q: not a network CIDR", s)
+		}
+		c.ClusterCIDRs = append(c.ClusterCIDRs, p)
+	}
+	if c.RouteProtocol < 5 || c.RouteProtocol > 255 {
+		return nil, fmt.Errorf("invalid --route-protocol %d: want 5-255 (0-4 are the kernel's)", c.RouteProtocol)
+	}
+	if c.Resync < time.Second {
+		return nil, fmt.Errorf("invalid --resync-period %s: want 1s or more", c.Resync)
+	}
+	if c.MTU != 0 && (c.MTU < 576 || c.MTU > 65535) {
+		return nil, fmt.Errorf("invalid --mtu %d: want 576-65535", c.MTU)
+	}
+	if c.LeaseTime < time.Minute {
+		return nil, fmt.Errorf("invalid --lease-time %s: want 1m or more", c.LeaseTime)
+	}
+	for _, s := range splitList(dns) {
+		if _, err := netip.ParseAddr(s); err != nil {
+			return nil, fmt.Errorf("invalid --dns %q: not an IP address", s)
+		}
+		c.DNS = append(c.DNS, s)
+	}
+	c.Search = splitList(search)
+	for _, a := range []struct{ flag, v string }{{"--health-addr", c.HealthAddr}, {"--metrics-addr", c.MetricsAddr}} {
+		if a.v != "" && !strings.Contains(a.v, ":") {
+			return nil, fmt.Errorf("invalid %s %q: want host:port", a.flag, a.v)
+		}
+	}
+	return c, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func main() {
+	c, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "vmlaned:", err)
+		os.Exit(2)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: c.LogLevel}))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := run(ctx, c, log); err != nil {
+		log.Error("vmlaned stopped", "err", err)
+		os.Exit(1)
+	}
+	log.Info("vmlaned stopped; routes, rules and the bridge stay in place")
+}

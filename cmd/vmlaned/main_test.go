@@ -1,0 +1,124 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/vmlane/vmlane/plugin"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+func TestParseFlagsErrorsNameFlagAndValue(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{}, "--node-name (or $NODE_NAME) is required"},
+		{[]string{"--pod-cidr", "10.0.0.1/24"}, `invalid --pod-cidr "10.0.0.1/24"`},
+		{[]string{"--pod-cidr", "fd00::/64"}, `invalid --pod-cidr "fd00::/64"`},
+		{[]string{"--node-name", "a", "--cluster-cidr", "10.0.0.0/8,bogus"}, `invalid --cluster-cidr "bogus"`},
+		{[]string{"--node-name", "a", "--route-protocol", "2"}, "invalid --route-protocol 2"},
+		{[]string{"--node-name", "a", "--resync-period", "10ms"}, "invalid --resync-period 10ms"},
+		{[]string{"--node-name", "a", "--mtu", "100"}, "invalid --mtu 100"},
+		{[]string{"--node-name", "a", "--dns", "8.8.8.8,x"}, `invalid --dns "x"`},
+		{[]string{"--node-name", "a", "--log-level", "loud"}, `invalid --log-level "loud"`},
+		{[]string{"--node-name", "a", "--health-addr", "9465"}, `invalid --health-addr "9465"`},
+		{[]string{"--node-name", "a", "extra"}, `unexpected argument "extra"`},
+	} {
+		t.Setenv("NODE_NAME", "")
+		_, err := parseFlags(tc.args, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("parseFlags(%q) = %v, want error containing %q", tc.args, err, tc.want)
+		}
+	}
+	c, err := parseFlags([]string{"--node-name", "n1", "--cluster-cidr", "10.244.0.0/16", "--dns", "10.96.0.10"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Resync != 30*time.Second || c.RouteProtocol != 77 || !c.Masquerade || c.HealthAddr != "127.0.0.1:9465" || c.MetricsAddr != "127.0.0.1:9464" {
+		t.Errorf("defaults: %+v", c)
+	}
+}
+
+func TestConflistGolden(t *testing.T) {
+	for _, vm := range []bool{false, true} {
+		p := conflistParams{
+			Bridge: "vmlane0", Subnet: netip.MustParsePrefix("10.244.3.0/24"), Gateway: netip.MustParseAddr("10.244.3.1"),
+			MTU: 1450, LeaseFile: "/var/lib/vmlane/leases.json", LeaseTime: time.Hour,
+			DNS: []string{"10.96.0.10"}, Search: []string{"default.svc.cluster.local"}, Domain: "cluster.local", VM: vm,
+		}
+		got, err := renderConflist(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		golden := filepath.Join("testdata", conflistFile(vm))
+		if *update {
+			os.WriteFile(golden, got, 0o644)
+		}
+		want, err := os.ReadFile(golden)
+		if err != nil {
+			t.Fatalf("%v (run with -update to create)", err)
+		}
+		if diff := cmp.Diff(string(want), string(got)); diff != "" {
+			t.Errorf("%s (-golden +got):\n%s", golden, diff)
+		}
+		// The plugin must accept what the daemon writes.
+		var list struct{ Plugins []json.RawMessage }
+		if err := json.Unmarshal(got, &list); err != nil || len(list.Plugins) != 1 {
+			t.Fatalf("conflist: %v", err)
+		}
+		conf := strings.Replace(string(list.Plugins[0]), "{", `{"cniVersion":"1.1.0","name":"vmlane",`, 1)
+		c, err := plugin.ParseConfig([]byte(conf), nil)
+		if err != nil {
+			t.Fatalf("plugin rejects the daemon's conflist: %v", err)
+		}
+		if c.VM != vm || c.MTU != 1450 || c.Lease != time.Hour || c.GatewayAddr != p.Gateway {
+			t.Errorf("plugin reads %+v", c)
+		}
+	}
+}
+
+func TestWriteConflistOnlyOnChange(t *testing.T) {
+	dir := t.TempDir()
+	if wrote, err := writeConflist(dir, ConflistName, []byte("a")); !wrote || err != nil {
+		t.Fatalf("first write = %v, %v", wrote, err)
+	}
+	if wrote, err := writeConflist(dir, ConflistName, []byte("a")); wrote || err != nil {
+		t.Fatalf("same content = %v, %v; want no write", wrote, err)
+	}
+	if wrote, _ := writeConflist(dir, ConflistName, []byte("b")); !wrote {
+		t.Fatal("changed content not written")
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1 {
+		t.Errorf("temp files left: %v", ents)
+	}
+}
+
+func TestHealth(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var last time.Time
+	h := &health{start: start, window: 90 * time.Second, lastOK: func() time.Time { return last }}
+	if err := h.healthy(start.Add(time.Minute)); err != nil {
+		t.Errorf("young daemon unhealthy: %v", err)
+	}
+	if err := h.healthy(start.Add(2 * time.Minute)); err == nil {
+		t.Error("no reconcile in 2m, still healthy")
+	}
+	last = start.Add(2 * time.Minute)
+	if err := h.healthy(start.Add(3 * time.Minute)); err != nil {
+		t.Errorf("recent reconcile: %v", err)
+	}
+	if err := h.healthy(start.Add(4 * time.Minute)); err == nil {
+		t.Error("reconcile 2m old with a 90s window, still healthy")
+	}
+}
