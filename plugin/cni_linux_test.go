@@ -253,6 +253,20 @@ func TestCNILifecycleEveryVersion(t *testing.T) {
 					if strings.Contains(podLinks, "10.250.3.2") {
 						t.Errorf("VM pod netns has the VM's address:\n%s", podLinks)
 					}
+					// The pair shares one link group, so DEL removes both
+					// in one batch.
+					groupOf := func(dev string) string {
+						f := strings.Fields(pod.MustRun(t, "ip", "-o", "link", "show", "dev", dev))
+						for i := range f[:len(f)-1] {
+							if f[i] == "group" {
+								return f[i+1]
+							}
+						}
+						return ""
+					}
+					if g1, g2 := groupOf("tap0"), groupOf("eth0"); g1 == "" || g1 == "default" || g1 != g2 {
+						t.Errorf("link groups: tap0 %q, eth0 %q; want one shared non-default group", g1, g2)
+					}
 					for _, dev := range []string{"tap0", "eth0"} {
 						f := pod.MustRun(t, "tc", "filter", "show", "dev", dev, "ingress")
 						if !strings.Contains(f, "Egress Redirect to device") {

@@ -238,10 +238,10 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		key := leases.Key{ContainerID: args.ContainerID, IfName: args.IfName}
 		// Links first, then the lease: the address is free for reuse only
 		// once no interface answers for it.
+		// The pod's links first (a VM pod's veth and TAP go in one batch,
+		// the veth's host end with them), then the host end in case the
+		// netns is gone.
 		var errs []error
-		if err := p.dp.DeleteHostLink(HostVethName(key)); err != nil {
-			errs = append(errs, err)
-		}
 		if args.Netns != "" {
 			names := []string{args.IfName}
 			if c.VM {
@@ -250,6 +250,9 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 			if err := p.dp.DeleteNetnsLinks(args.Netns, names...); err != nil {
 				errs = append(errs, err)
 			}
+		}
+		if err := p.dp.DeleteHostLink(HostVethName(key)); err != nil {
+			errs = append(errs, err)
 		}
 		if err := errors.Join(errs...); err != nil {
 			return err
