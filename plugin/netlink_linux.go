@@ -2,8 +2,8 @@ package plugin
 
 import (
 	"errors"
-	"hash/fnv"
 	"fmt"
+	"hash/fnv"
 	"net"
 	"net/netip"
 	"os"
@@ -12,9 +12,9 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/vmlane/vmlane/internal/bridge"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
+	"github.com/vmlane/vmlane/internal/bridge"
 	"golang.org/x/sys/unix"
 )
 
