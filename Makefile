@@ -18,7 +18,7 @@ export GOFLAGS ?= -buildvcs=false
 CNI_PLUGINS_VERSION = $(shell $(GO) list -m -f '{{.Version}}' github.com/containernetworking/plugins)
 CNI_PLUGINS_DIR     = $(CACHE)/cni-plugins/$(CNI_PLUGINS_VERSION)
 
-.PHONY: all build test deps lint unit fuzz darwin bench guest cni-reference clean distclean
+.PHONY: all build test deps lint unit fuzz darwin bench guest controlplane cni-reference clean distclean
 
 all: build
 
@@ -42,8 +42,12 @@ deps:
 guest: deps
 	@bash internal/testvm/build-guest.sh $(CACHE)/guest
 
+## controlplane: kube-apiserver and etcd built from the module proxy, cached
+controlplane:
+	@bash internal/controlplane/build.sh $(CACHE)/controlplane
+
 ## test: everything CI runs: lint, unit + privileged tests, fuzz, darwin build
-test: deps guest build lint unit fuzz darwin
+test: deps guest controlplane build lint unit fuzz darwin
 	@echo "make test: all passed"
 
 lint:
@@ -58,7 +62,9 @@ lint:
 # VMLANE_PRIVILEGED=require makes a privileged test fail rather than skip
 # when something it needs is missing.
 unit: build
-	VMLANE_PRIVILEGED=require VMLANE_BIN_DIR=$(BIN) VMLANE_GUEST_DIR=$$(bash internal/testvm/build-guest.sh --print-dir $(CACHE)/guest) \
+	VMLANE_PRIVILEGED=require VMLANE_BIN_DIR=$(BIN) \
+	VMLANE_GUEST_DIR=$$(bash internal/testvm/build-guest.sh --print-dir $(CACHE)/guest) \
+	VMLANE_CONTROLPLANE_DIR=$$(bash internal/controlplane/build.sh --print-dir $(CACHE)/controlplane) \
 		$(GO) test -race -count=1 ./...
 
 ## fuzz: every fuzz target for FUZZTIME (default 10s) on top of its corpus

@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/vmlane/vmlane/internal/controlplane"
+	"github.com/vmlane/vmlane/internal/netnstest"
+	"github.com/vmlane/vmlane/internal/privtest"
+)
+
+// cluster is a control plane and node namespaces on one test switch.
+type cluster struct {
+	t      *testing.T
+	sw     *netnstest.NS
+	cp     *controlplane.ControlPlane
+	client kubernetes.Interface
+	bin    string
+}
+
+func newCluster(t *testing.T) *cluster {
+	t.Helper()
+	privtest.Require(t, "ip", "iptables")
+	bin := buildBinaries(t)
+	sw := netnstest.New(t, "sw")
+	sw.MustRun(t, "ip", "link", "add", "sw0", "type", "bridge")
+	sw.MustRun(t, "ip", "link", "set", "sw0", "up")
+	cp := controlplane.Start(t, controlplane.Options{
+		Addr: netip.MustParsePrefix("10.99.0.1/24"), SwitchNS: sw.Name, SwitchBridge: "sw0",
+	})
+	cc := cp.Client()
+	client, err := kubernetes.NewForConfig(&rest.Config{
+		Host: cc.Host, BearerToken: cc.BearerToken,
+		TLSClientConfig: rest.TLSClientConfig{CAData: cc.CAData}, Dial: cc.Dial,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &cluster{t: t, sw: sw, cp: cp, client: client, bin: bin}
+}
+
+// host adds a netns on the switch with addr (CIDR).
+func (c *cluster) host(tag, addr string) *netnstest.NS {
+	c.t.Helper()
+	n := netnstest.New(c.t, tag)
+	peer := "sw-" + tag
+	c.sw.MustRun(c.t, "ip", "link", "add", peer, "type", "veth", "peer", "name", "eth0")
+	c.sw.MustRun(c.t, "ip", "link", "set", "eth0", "netns", n.Name)
+	c.sw.MustRun(c.t, "ip", "link", "set", peer, "master", "sw0", "up")
+	n.MustRun(c.t, "ip", "addr", "add", addr, "dev", "eth0")
+	n.MustRun(c.t, "ip", "link", "set", "eth0", "up")
+	return n
+}
+
+func (c *cluster) node(name, podCIDR, ip string) {
+	c.t.Helper()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if podCIDR != "" {
+		n.Spec.PodCIDR, n.Spec.PodCIDRs = podCIDR, []string{podCIDR}
+	}
+	n, err := c.client.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if ip != "" {
+		c.setAddr(n.Name, ip)
+	}
+}
+
+func (c *cluster) setAddr(name, ip string) {
+	c.t.Helper()
+	ctx := context.Background()
+	n, err := c.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}
+	if _, err := c.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// daemon runs vmlaned for node in netns n until stopped.
+type daemon struct {
+	cmd  *exec.Cmd
+	logs *strings.Builder
+}
+
+func (c *cluster) startDaemon(n *netnstest.NS, node string, dir string) *daemon {
+	c.t.Helper()
+	cmd := n.Command(filepath.Join(c.bin, "vmlaned"), "--kubeconfig", c.cp.Kubeconfig, "--node-name", node,
+		"--cni-conf-dir", filepath.Join(dir, "net.d"), "--lease-file", filepath.Join(dir, "leases.json"),
+		"--resync-period", "2s", "--health-addr", "127.0.0.1:19465", "--metrics-addr", "127.0.0.1:19464")
+	d := &daemon{cmd: cmd, logs: &strings.Builder{}}
+	cmd.Stderr = d.logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() {
+		d.cmd.Process.Kill()
+		d.cmd.Wait()
+		if c.t.Failed() {
+			c.t.Logf("vmlaned %s log:\n%s", node, d.logs.String())
+		}
+	})
+	return d
+}
+
+func (d *daemon) stop(t *testing.T) {
+	t.Helper()
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	if err := d.cmd.Wait(); err != nil {
+		t.Errorf("vmlaned after SIGTERM: %v", err)
+	}
+}
+
+// eventually polls cond for up to 20 s (the apiserver and vmlaned share two
+// cores with the rest of the test run).
+func eventually(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	var last string
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		var ok bool
+		if ok, last = cond(); ok {
+			return
+		}
+	}
+	t.Fatalf("%s: not within 20s; last seen:\n%s", what, last)
+}
+
+func routesOf(t *testing.T, n *netnstest.NS) string {
+	return n.MustRun(t, "ip", "route", "show", "proto", "77")
+}
+
+func hasRoute(t *testing.T, n *netnstest.NS, route string) func() (bool, string) {
+	return func() (bool, string) {
+		r := routesOf(t, n)
+		return strings.Contains(r, route), r
+	}
+}
+
+func lacksRoute(t *testing.T, n *netnstest.NS, prefix string) func() (bool, string) {
+	return func() (bool, string) {
+		r := routesOf(t, n)
+		return !strings.Contains(r, prefix), r
+	}
+}
+
+func TestRouteControllerAgainstAPIServer(t *testing.T) {
+	c := newCluster(t)
+	a := c.host("a", "10.99.0.11/24")
+	dir := t.TempDir()
+	c.node("a", "10.244.1.0/24", "10.99.0.11")
+	c.node("b", "10.244.2.0/24", "10.99.0.12")
+	d := c.startDaemon(a, "a", dir)
+
+	eventually(t, "route to b", hasRoute(t, a, "10.244.2.0/24 via 10.99.0.12 dev eth0"))
+	eventually(t, "NetworkUnavailable=False on a", func() (bool, string) {
+		n, err := c.client.CoreV1().Nodes().Get(context.Background(), "a", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeNetworkUnavailable {
+				return cond.Status == corev1.ConditionFalse && cond.Reason == "VmlaneIsUp", fmt.Sprintf("%+v", cond)
+			}
+		}
+		return false, "no NetworkUnavailable condition"
+	})
+	if out := a.MustRun(t, "iptables", "-t", "nat", "-S", "VMLANE-POSTROUTING"); !strings.Contains(out, "-s 10.244.1.0/24 -d 10.244.2.0/24") {
+		t.Errorf("no pod-to-pod exemption for b's subnet:\n%s", out)
+	}
+
+	t.Run("podCIDR set later", func(t *testing.T) {
+		c.node("c", "", "10.99.0.13")
+		time.Sleep(500 * time.Millisecond)
+		if r := routesOf(t, a); strings.Contains(r, "10.99.0.13") {
+			t.Fatalf("route for a node without podCIDR:\n%s", r)
+		}
+		n, _ := c.client.CoreV1().Nodes().Get(context.Background(), "c", metav1.GetOptions{})
+		n.Spec.PodCIDR, n.Spec.PodCIDRs = "10.244.3.0/24", []string{"10.244.3.0/24"}
+		if _, err := c.client.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "route to c", hasRoute(t, a, "10.244.3.0/24 via 10.99.0.13"))
+	})
+
+	t.Run("address changed", func(t *testing.T) {
+		c.setAddr("b", "10.99.0.22")
+		eventually(t, "route to b via its new address", hasRoute(t, a, "10.244.2.0/24 via 10.99.0.22"))
+	})
+
+	t.Run("node deleted", func(t *testing.T) {
+		if err := c.client.CoreV1().Nodes().Delete(context.Background(), "c", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "route to c gone", lacksRoute(t, a, "10.244.3.0/24"))
+	})
+
+	t.Run("route deleted by hand comes back", func(t *testing.T) {
+		a.MustRun(t, "ip", "route", "del", "10.244.2.0/24")
+		eventually(t, "route restored", hasRoute(t, a, "10.244.2.0/24 via 10.99.0.22"))
+	})
+
+	t.Run("node deleted while the daemon is down", func(t *testing.T) {
+		d.stop(t)
+		if r := routesOf(t, a); !strings.Contains(r, "10.244.2.0/24") {
+			t.Fatalf("SIGTERM removed routes:\n%s", r)
+		}
+		if err := c.client.CoreV1().Nodes().Delete(context.Background(), "b", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		d = c.startDaemon(a, "a", dir)
+		eventually(t, "stale route of b swept at start", lacksRoute(t, a, "10.244.2.0/24"))
+	})
+
+	t.Run("API server restarted", func(t *testing.T) {
+		c.node("e", "10.244.5.0/24", "10.99.0.15")
+		eventually(t, "route to e", hasRoute(t, a, "10.244.5.0/24 via 10.99.0.15"))
+		c.cp.StopAPIServer()
+		time.Sleep(3 * time.Second) // more than a resync period without the API
+		if r := routesOf(t, a); !strings.Contains(r, "10.244.5.0/24") {
+			t.Fatalf("routes lost while the API server was down:\n%s", r)
+		}
+		c.cp.StartAPIServer()
+		c.node("f", "10.244.6.0/24", "10.99.0.16")
+		eventually(t, "route to a node added after the restart", hasRoute(t, a, "10.244.6.0/24 via 10.99.0.16"))
+	})
+}
