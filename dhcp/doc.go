@@ -1,0 +1,53 @@
+// Package dhcp is vmlane's embedded DHCPv4 server: it answers VMs on the
+// node bridge with the address the CNI plugin reserved for their MAC in the
+// lease file and, when a dynamic range is configured, allocates addresses to
+// VMs attached to the bridge without CNI.
+//
+// # Shape
+//
+// [Handler.Handle] is a pure function from request to reply in the
+// coredhcp style (nil means drop); its only state is an [Allocator], which
+// [StoreAllocator] implements on a *leases.Store. [Serve] (Linux only) owns
+// the socket: UDP 0.0.0.0:67 bound to the bridge with SO_BINDTODEVICE,
+// a per-MAC token bucket ([RateLimit], [RateBurst]), and replies addressed
+// per RFC 2131 §4.1 (relay, NAK broadcast, unicast to ciaddr, else
+// broadcast). On macOS vmnet's bootpd serves VMs and Serve returns an error.
+//
+// # Messages
+//
+//   - DISCOVER: OFFER of the MAC's lease, or of a dynamic address held for
+//     [OfferHold]; a MAC without a lease is ignored when there is no range.
+//   - REQUEST: SELECTING (server identifier present: ignored if it names
+//     another server, else ACK if the requested address is the MAC's, NAK
+//     otherwise), INIT-REBOOT (ACK/NAK, silence for a MAC without a lease,
+//     RFC 2131 §4.3.2), RENEWING/REBINDING (ACK if ciaddr is the MAC's,
+//     else NAK).
+//   - RELEASE: a dynamic lease is freed; a CNI reservation goes back to
+//     reserved (it is the pod's until CNI DEL).
+//   - DECLINE: the address is quarantined ([DefaultQuarantine]); a dynamic
+//     client gets another on its next DISCOVER; for a CNI reservation the
+//     conflict is logged at error level.
+//   - INFORM: ACK with the options, no address and no lease times.
+//
+// Leases are keyed by chaddr, never by client identifier (cloned VMs share
+// one); the client identifier is echoed (RFC 6842). BOOTREPLYs, non-Ethernet
+// or hlen≠6 packets, plain BOOTP and malformed packets are dropped and
+// counted through [Hooks].
+//
+// # Options
+//
+// OFFER and ACK carry 1 subnet mask, 3 router, 6 DNS, 12 hostname (the pod
+// name made a DNS label), 15 domain, 119 search list (RFC 3397), 26 MTU, 28
+// broadcast, 51 lease time, 54 server identifier, 58/59 T1/T2 (½ and ⅞ of
+// the lease) and 121 classless static routes (RFC 3442) with any configured
+// routes first and the default route last, since clients that get 121
+// ignore option 3. Addresses are always 4 bytes. NAKs carry 54 and 56.
+//
+// # Durability
+//
+// Every lease change is a leases.Store.Update, written and fsynced under
+// the lease file lock before Handle returns the reply that announces it: a
+// dynamic offer is on disk before its OFFER leaves, a binding before its
+// ACK. When the store fails Handle returns the error and no reply; the
+// client retransmits.
+package dhcp

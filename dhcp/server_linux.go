@@ -1,0 +1,113 @@
+package dhcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/dhcpv4/server4"
+)
+
+// workers is how many packets are handled at once. Handling waits on the
+// lease file's fsync; a few in flight keep a burst of booting VMs from
+// queueing behind one disk write each.
+const workers = 8
+
+// Serve answers DHCP on iface until ctx is done. The socket is bound to
+// 0.0.0.0:67 and to the interface with SO_BINDTODEVICE, so requests
+// arriving on other interfaces never reach it and broadcast replies leave
+// through iface only. It returns nil when ctx ends, or the error that
+// stopped it.
+//
+// The socket belongs to the network namespace of the thread that calls
+// Serve; tests lock a goroutine into a namespace before calling it.
+func Serve(ctx context.Context, iface string, h *Handler, log *slog.Logger) error {
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("component", "dhcp", "interface", iface)
+	conn, err := server4.NewIPv4UDPConn(iface, &net.UDPAddr{Port: dhcpv4.ServerPort})
+	if err != nil {
+		return fmt.Errorf("opening DHCP socket on %s: %w", iface, err)
+	}
+	return serveConn(ctx, conn, h, log)
+}
+
+type packet struct {
+	req  *dhcpv4.DHCPv4
+	from net.Addr
+}
+
+func serveConn(ctx context.Context, conn net.PacketConn, h *Handler, log *slog.Logger) error {
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+
+	queue := make(chan packet, 256)
+	var wg sync.WaitGroup
+	var macs macMutex
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := range queue {
+				serveOne(conn, h, log, &macs, p)
+			}
+		}()
+	}
+	defer func() {
+		close(queue)
+		wg.Wait()
+	}()
+
+	limit := newRateLimiter(RateLimit, RateBurst)
+	log.Info("serving DHCP")
+	buf := make([]byte, 65536)
+	for {
+		n, from, err := conn.ReadFrom(buf)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return err
+			}
+			log.Warn("reading DHCP socket", "err", err)
+			continue
+		}
+		req, err := dhcpv4.FromBytes(buf[:n])
+		if err != nil {
+			h.hooks.drop(DropMalformed)
+			log.Debug("dropping unparsable packet", "from", from, "len", n, "err", err)
+			continue
+		}
+		if !limit.allow(req.ClientHWAddr, time.Now()) {
+			h.hooks.drop(DropRateLimited)
+			log.Debug("dropping packet over the per-MAC rate limit", "mac", req.ClientHWAddr.String())
+			continue
+		}
+		select {
+		case queue <- packet{req, from}:
+		default:
+			h.hooks.drop(DropRateLimited)
+			log.Debug("dropping packet: handler queue full", "mac", req.ClientHWAddr.String())
+		}
+	}
+}
+
+func serveOne(conn net.PacketConn, h *Handler, log *slog.Logger, macs *macMutex, p packet) {
+	unlock := macs.lock(p.req.ClientHWAddr)
+	defer unlock()
+	reply, err := h.Handle(p.req)
+	if err != nil || reply == nil {
+		return // Handle logged and counted it
+	}
+	to := replyAddr(p.req, reply)
+	if _, err := conn.WriteTo(reply.ToBytes(), to); err != nil {
+		log.Warn("sending DHCP reply", "type", reply.MessageType(), "to", to, "mac", reply.ClientHWAddr.String(), "err", err)
+	}
+}

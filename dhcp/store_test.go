@@ -1,0 +1,101 @@
+package dhcp
+
+import (
+	"net"
+	"net/netip"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/vmlane/vmlane/leases"
+)
+
+// TestWithStore runs the protocol against the real lease file.
+func TestWithStore(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "leases.json")
+	subnet := netip.MustParsePrefix("10.98.0.0/24")
+	now := t0
+	st, err := leases.Open(path, subnet, serverIP, leases.WithClock(func() time.Time { return now }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Reserve(leases.ReserveRequest{Key: leases.Key{ContainerID: "c1", IfName: "eth0"}, MAC: cniMAC.String(), IP: cniIP, Pod: leases.Pod{Namespace: "ns", Name: "vm-a"}}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.DynamicRange = &leases.Pool{First: netip.MustParseAddr("10.98.0.200"), Last: netip.MustParseAddr("10.98.0.210")}
+	h, _ := newTestHandler(t, cfg, StoreAllocator{Store: st})
+	fileLease := func(mac net.HardwareAddr) (leases.Lease, bool) {
+		t.Helper()
+		snap, err := leases.Read(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return snap.At(now).ByMAC(mac.String())
+	}
+	dora := func(mac net.HardwareAddr) *dhcpv4.DHCPv4 {
+		t.Helper()
+		offer := handle(t, h, discover(t, mac))
+		if offer == nil {
+			t.Fatalf("no offer for %s", mac)
+		}
+		ack := handle(t, h, must[*dhcpv4.DHCPv4](t)(dhcpv4.NewRequestFromOffer(offer)))
+		if ack == nil || ack.MessageType() != dhcpv4.MessageTypeAck {
+			t.Fatalf("no ACK for %s: %v", mac, ack)
+		}
+		return ack
+	}
+
+	// CNI reservation: ACKed, bound on disk with the lease's expiry.
+	ack := dora(cniMAC)
+	l, ok := fileLease(cniMAC)
+	if !ok || l.State != leases.StateBound || !l.Expires.Equal(t0.Add(time.Hour)) || l.IP != cniIP || l.Hostname != "vm-a" {
+		t.Fatalf("after ACK the file has %+v, want bound until %s", l, t0.Add(time.Hour))
+	}
+	if ack.HostName() != "vm-a" {
+		t.Errorf("hostname = %q", ack.HostName())
+	}
+	// RELEASE: back to reserved, still the pod's.
+	handle(t, h, release(t, cniMAC, cniIP))
+	if l, _ := fileLease(cniMAC); l.State != leases.StateReserved || !l.Expires.IsZero() {
+		t.Errorf("after RELEASE: %+v, want reserved without expiry", l)
+	}
+
+	// Dynamic: the offer is on disk before the OFFER is returned.
+	offer := handle(t, h, discover(t, otherMAC))
+	if offer == nil {
+		t.Fatal("no dynamic offer")
+	}
+	l, ok = fileLease(otherMAC)
+	if !ok || l.Source != leases.SourceDHCP || l.IP != addrOf(offer.YourIPAddr) || !l.Expires.Equal(t0.Add(OfferHold)) {
+		t.Fatalf("offer on disk = %+v (found %v), want %s held until %s", l, ok, offer.YourIPAddr, t0.Add(OfferHold))
+	}
+	first := l.IP
+	handle(t, h, must[*dhcpv4.DHCPv4](t)(dhcpv4.NewRequestFromOffer(offer)))
+	if l, _ := fileLease(otherMAC); l.State != leases.StateBound {
+		t.Fatalf("dynamic lease after ACK: %+v", l)
+	}
+	// DECLINE: quarantined; the next DISCOVER gets another address.
+	handle(t, h, decline(t, otherMAC, first))
+	snap, _ := leases.Read(path)
+	if q, _ := snap.ByIP(first); q.State != leases.StateDeclined || !q.Expires.Equal(t0.Add(DefaultQuarantine)) {
+		t.Errorf("declined lease = %+v", q)
+	}
+	ack = dora(otherMAC)
+	if addrOf(ack.YourIPAddr) == first {
+		t.Errorf("after DECLINE the same address %s was offered again", first)
+	}
+	// RELEASE of a dynamic lease frees it.
+	handle(t, h, release(t, otherMAC, addrOf(ack.YourIPAddr)))
+	if _, ok := fileLease(otherMAC); ok {
+		t.Errorf("dynamic lease still held after RELEASE")
+	}
+
+	// CNI decline keeps the attachment and quarantines the address.
+	handle(t, h, decline(t, cniMAC, cniIP))
+	snap, _ = leases.Read(path)
+	if q, _ := snap.ByIP(cniIP); q.State != leases.StateDeclined || q.ContainerID != "c1" {
+		t.Errorf("declined CNI lease = %+v", q)
+	}
+}
