@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/vmlane/vmlane/internal/bridge"
+	"github.com/vmlane/vmlane/leases"
 	"github.com/vmlane/vmlane/plugin"
 	"github.com/vmlane/vmlane/routes"
 )
@@ -27,6 +28,11 @@ import (
 func run(ctx context.Context, c *config, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// First, so a second vmlaned on this bridge says so, not that a port
+	// is taken.
+	if err := lockBridge(c.LeaseFile, c.Bridge); err != nil {
+		return err
+	}
 	h := &health{start: time.Now(), window: 3 * c.Resync}
 	if err := serve(ctx, c.HealthAddr, h.mux(), log); err != nil {
 		return err
@@ -37,7 +43,11 @@ func run(ctx context.Context, c *config, log *slog.Logger) error {
 
 	if c.PodCIDR.IsValid() {
 		log.Info("standalone mode", "podCIDR", c.PodCIDR)
-		if err := setupNode(c, c.PodCIDR, log); err != nil {
+		mtu, err := setupNode(c, c.PodCIDR, log)
+		if err != nil {
+			return err
+		}
+		if err := startDHCP(ctx, c, c.PodCIDR, mtu, reg, log.With("component", "dhcp")); err != nil {
 			return err
 		}
 		h.ready.Store(true)
@@ -63,7 +73,18 @@ func run(ctx context.Context, c *config, log *slog.Logger) error {
 	if !v4.IsValid() {
 		return fmt.Errorf("node %s has no IPv4 podCIDR (%v): VM pods get their address by DHCPv4", c.NodeName, cidrs)
 	}
-	if err := setupNode(c, v4, log); err != nil {
+	if c.DHCPRangeText != "" {
+		p, err := leases.ParsePool(c.DHCPRangeText, v4)
+		if err != nil {
+			return fmt.Errorf("invalid --dhcp-range for node podCIDR %s: %w", v4, err)
+		}
+		c.DHCPRange = &p
+	}
+	mtu, err := setupNode(c, v4, log)
+	if err != nil {
+		return err
+	}
+	if err := startDHCP(ctx, c, v4, mtu, reg, log.With("component", "dhcp")); err != nil {
 		return err
 	}
 
@@ -151,8 +172,9 @@ func waitForPodCIDRs(ctx context.Context, client kubernetes.Interface, name stri
 	}
 }
 
-// setupNode makes the bridge with the gateway and writes the conflists.
-func setupNode(c *config, subnet netip.Prefix, log *slog.Logger) error {
+// setupNode makes the bridge with the gateway and writes the conflists. It
+// returns the MTU it chose.
+func setupNode(c *config, subnet netip.Prefix, log *slog.Logger) (int, error) {
 	gw := subnet.Addr().Next()
 	mtu := c.MTU
 	if mtu == 0 {
@@ -162,26 +184,26 @@ func setupNode(c *config, subnet netip.Prefix, log *slog.Logger) error {
 		mtu = 1500
 	}
 	if _, err := bridge.Ensure(c.Bridge, netip.PrefixFrom(gw, subnet.Bits()), mtu, plugin.DeriveMAC(gw)); err != nil {
-		return fmt.Errorf("setting up bridge %s: %w", c.Bridge, err)
+		return 0, fmt.Errorf("setting up bridge %s: %w", c.Bridge, err)
 	}
 	for _, vm := range []bool{false, true} {
 		p := conflistParams{Bridge: c.Bridge, Subnet: subnet, Gateway: gw, MTU: mtu, LeaseFile: c.LeaseFile,
-			LeaseTime: c.LeaseTime, DNS: c.DNS, Search: c.Search, Domain: c.Domain, VM: vm}
+			LeaseTime: c.LeaseTime, DNS: c.DNS, Search: c.Search, Domain: c.Domain, VM: vm, Exclude: c.DHCPRangeText}
 		data, err := renderConflist(p)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		name := conflistFile(vm)
 		wrote, err := writeConflist(c.CNIConfDir, name, data)
 		if err != nil {
-			return fmt.Errorf("writing CNI config: %w", err)
+			return 0, fmt.Errorf("writing CNI config: %w", err)
 		}
 		if wrote {
 			log.Info("wrote CNI config", "file", name, "subnet", subnet)
 		}
 	}
 	log.Info("node set up", "bridge", c.Bridge, "gateway", gw, "mtu", mtu)
-	return nil
+	return mtu, nil
 }
 
 // setNetworkAvailable sets the Node's NetworkUnavailable condition to

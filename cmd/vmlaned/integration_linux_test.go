@@ -95,7 +95,7 @@ func (c *cluster) setAddr(name, ip string) {
 // daemon runs vmlaned for node in netns n until stopped.
 type daemon struct {
 	cmd  *exec.Cmd
-	logs *strings.Builder
+	logs *syncBuffer
 }
 
 func (c *cluster) startDaemon(n *netnstest.NS, node string, dir string) *daemon {
@@ -103,7 +103,7 @@ func (c *cluster) startDaemon(n *netnstest.NS, node string, dir string) *daemon 
 	cmd := n.Command(filepath.Join(c.bin, "vmlaned"), "--kubeconfig", c.cp.Kubeconfig, "--node-name", node,
 		"--cni-conf-dir", filepath.Join(dir, "net.d"), "--lease-file", filepath.Join(dir, "leases.json"),
 		"--resync-period", "2s", "--health-addr", "127.0.0.1:19465", "--metrics-addr", "127.0.0.1:19464")
-	d := &daemon{cmd: cmd, logs: &strings.Builder{}}
+	d := &daemon{cmd: cmd, logs: &syncBuffer{}}
 	cmd.Stderr = d.logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

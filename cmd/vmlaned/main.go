@@ -50,7 +50,11 @@ type config struct {
 	LeaseTime        time.Duration
 	DNS, Search      []string
 	Domain           string
-	LogLevel         slog.Level
+	// DHCPRange is the dynamic range for VMs attached without CNI (nil:
+	// only CNI reservations are served).
+	DHCPRange     *leases.Pool
+	DHCPRangeText string
+	LogLevel      slog.Level
 }
 
 func parseFlags(args []string, stderr io.Writer) (*config, error) {
@@ -76,6 +80,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&dns, "dns", "", "DNS servers for pods, comma-separated")
 	fs.StringVar(&search, "search", "", "DNS search domains, comma-separated")
 	fs.StringVar(&c.Domain, "domain", "", "DNS domain")
+	fs.StringVar(&c.DHCPRangeText, "dhcp-range", "", "dynamic DHCP range FIRST-LAST for VMs attached without CNI (default: none)")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
@@ -126,6 +131,20 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		c.DNS = append(c.DNS, s)
 	}
 	c.Search = splitList(search)
+	if c.DHCPRangeText != "" {
+		if !c.PodCIDR.IsValid() {
+			// Checked against the podCIDR once the node has one.
+			if _, _, ok := strings.Cut(c.DHCPRangeText, "-"); !ok {
+				return nil, fmt.Errorf("invalid --dhcp-range %q: want FIRST-LAST", c.DHCPRangeText)
+			}
+		} else {
+			p, err := leases.ParsePool(c.DHCPRangeText, c.PodCIDR)
+			if err != nil {
+				return nil, fmt.Errorf("invalid --dhcp-range: %w", err)
+			}
+			c.DHCPRange = &p
+		}
+	}
 	for _, a := range []struct{ flag, v string }{{"--health-addr", c.HealthAddr}, {"--metrics-addr", c.MetricsAddr}} {
 		if a.v != "" && !strings.Contains(a.v, ":") {
 			return nil, fmt.Errorf("invalid %s %q: want host:port", a.flag, a.v)

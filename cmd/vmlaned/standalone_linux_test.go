@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,7 +26,7 @@ func buildBinaries(t *testing.T) string {
 		}
 	}
 	dir := t.TempDir()
-	out, err := exec.Command("go", "build", "-o", dir+"/", "github.com/vmlane/vmlane/cmd/vmlaned", "github.com/vmlane/vmlane/cmd/vmlanectl").CombinedOutput()
+	out, err := exec.Command("go", "build", "-o", dir+"/", "github.com/vmlane/vmlane/cmd/...").CombinedOutput()
 	if err != nil {
 		t.Fatalf("building: %v\n%s", err, out)
 	}
@@ -42,7 +43,7 @@ func TestStandaloneBootstrapAndTeardown(t *testing.T) {
 	confDir := t.TempDir()
 	cmd := n.Command(filepath.Join(bin, "vmlaned"), "--pod-cidr", "10.250.20.0/24", "--cni-conf-dir", confDir,
 		"--lease-file", filepath.Join(t.TempDir(), "leases.json"), "--health-addr", "127.0.0.1:19465", "--metrics-addr", "127.0.0.1:19464")
-	var logs strings.Builder
+	var logs syncBuffer
 	cmd.Stderr = &logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -88,6 +89,11 @@ func TestStandaloneBootstrapAndTeardown(t *testing.T) {
 			t.Errorf("%s: %v\n%s", f, err, data)
 		}
 	}
+	// A second vmlaned on the same bridge refuses to start.
+	second := n.Command(cmd.Args[4], cmd.Args[5:]...)
+	if out, err := second.CombinedOutput(); err == nil || !strings.Contains(string(out), "already serves bridge vmlane0") {
+		t.Errorf("second vmlaned on the same bridge: %v\n%s", err, out)
+	}
 	cmd.Process.Signal(syscall.SIGTERM)
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("vmlaned exit after SIGTERM: %v\n%s", err, logs.String())
@@ -106,4 +112,22 @@ func TestStandaloneBootstrapAndTeardown(t *testing.T) {
 	if ents, _ := os.ReadDir(confDir); len(ents) != 0 {
 		t.Errorf("conflists left after teardown: %v", ents)
 	}
+}
+
+// syncBuffer collects a child's output while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vmlane/vmlane/dhcp"
+	"github.com/vmlane/vmlane/leases"
+)
+
+// lockBridge takes an exclusive flock on a run file beside the lease file,
+// named for the bridge, so a second vmlaned on the same bridge refuses to
+// start instead of both binding port 67 (the DHCP socket sets SO_REUSEPORT,
+// so the kernel would not stop it). The lock lasts as long as the process.
+func lockBridge(leaseFile, bridge string) error {
+	dir := filepath.Dir(leaseFile)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	path := filepath.Join(dir, "vmlaned-"+bridge+".lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		pid, _ := os.ReadFile(path)
+		f.Close()
+		return fmt.Errorf("another vmlaned (pid %s) already serves bridge %s (lock %s)", strings.TrimSpace(string(pid)), bridge, path)
+	}
+	f.Truncate(0)
+	f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	// f stays open (and locked) for the life of the process.
+	return nil
+}
+
+// dhcpMetrics are the DHCP server's Prometheus metrics.
+type dhcpMetrics struct {
+	requests, replies, drops, naks *prometheus.CounterVec
+	latency                        *prometheus.HistogramVec
+	leases                         *prometheus.GaugeVec
+}
+
+func newDHCPMetrics(reg prometheus.Registerer) *dhcpMetrics {
+	m := &dhcpMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vmlane_dhcp_requests_total", Help: "DHCP requests by message type."}, []string{"type"}),
+		replies:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vmlane_dhcp_replies_total", Help: "DHCP replies by message type."}, []string{"type"}),
+		drops:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vmlane_dhcp_dropped_total", Help: "DHCP packets answered with nothing, by reason."}, []string{"reason"}),
+		naks:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vmlane_dhcp_naks_total", Help: "DHCPNAKs by reason."}, []string{"reason"}),
+		latency:  prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "vmlane_dhcp_handle_duration_seconds", Help: "Time to handle a request, lease store writes included.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}, []string{"type"}),
+		leases:   prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vmlane_leases", Help: "Leases in the lease file by state."}, []string{"state"}),
+	}
+	reg.MustRegister(m.requests, m.replies, m.drops, m.naks, m.latency, m.leases)
+	return m
+}
+
+func (m *dhcpMetrics) hooks() dhcp.Hooks {
+	return dhcp.Hooks{
+		Request: func(t dhcpv4.MessageType) { m.requests.WithLabelValues(t.String()).Inc() },
+		Reply:   func(t dhcpv4.MessageType) { m.replies.WithLabelValues(t.String()).Inc() },
+		Drop:    func(r string) { m.drops.WithLabelValues(r).Inc() },
+		NAK:     func(r string) { m.naks.WithLabelValues(r).Inc() },
+		Latency: func(t dhcpv4.MessageType, d time.Duration) {
+			m.latency.WithLabelValues(t.String()).Observe(d.Seconds())
+		},
+	}
+}
+
+// startDHCP runs the DHCP server on the bridge for subnet, and a sweep that
+// applies lease expiry and refreshes the lease gauges.
+func startDHCP(ctx context.Context, c *config, subnet netip.Prefix, mtu int, reg prometheus.Registerer, log *slog.Logger) error {
+	gw := subnet.Addr().Next()
+	store, err := leases.Open(c.LeaseFile, subnet, gw, leases.WithNode(c.NodeName))
+	if err != nil {
+		return fmt.Errorf("lease store: %w", err)
+	}
+	cfg := dhcp.Config{
+		ServerIP: gw, Subnet: subnet, Router: gw, Domain: c.Domain, Search: c.Search,
+		MTU: mtu, LeaseTime: c.LeaseTime, DynamicRange: c.DHCPRange,
+	}
+	for _, s := range c.DNS {
+		cfg.DNS = append(cfg.DNS, netip.MustParseAddr(s)) // checked in parseFlags
+	}
+	m := newDHCPMetrics(reg)
+	h, err := dhcp.NewHandler(cfg, dhcp.StoreAllocator{Store: store}, dhcp.WithLogger(log), dhcp.WithHooks(m.hooks()))
+	if err != nil {
+		return fmt.Errorf("DHCP server config: %w", err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- dhcp.Serve(ctx, c.Bridge, h, log) }()
+	select {
+	case err := <-errc:
+		if err != nil {
+			return fmt.Errorf("DHCP server on %s: %w", c.Bridge, err)
+		}
+	case <-time.After(200 * time.Millisecond): // bound and serving
+	}
+	go func() {
+		if err := <-errc; err != nil && ctx.Err() == nil {
+			log.Error("DHCP server stopped", "err", err)
+		}
+	}()
+	go sweepLeases(ctx, store, min(30*time.Second, c.LeaseTime/4), m, log)
+	log.Info("DHCP server up", "bridge", c.Bridge, "server", gw, "range", c.DHCPRangeText)
+	return nil
+}
+
+// sweepLeases applies expiry now and then: a dynamic lease whose client
+// went away frees its address, a lapsed binding of a CNI reservation goes
+// back to reserved.
+func sweepLeases(ctx context.Context, store *leases.Store, every time.Duration, m *dhcpMetrics, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if changed, err := store.Expire(); err != nil {
+			log.Error("expiring leases", "err", err)
+		} else if len(changed) > 0 {
+			log.Info("leases expired", "count", len(changed))
+		}
+		if all, err := store.List(); err == nil {
+			counts := map[leases.State]int{leases.StateReserved: 0, leases.StateBound: 0, leases.StateDeclined: 0}
+			for _, l := range all {
+				counts[l.State]++
+			}
+			for s, n := range counts {
+				m.leases.WithLabelValues(string(s)).Set(float64(n))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
