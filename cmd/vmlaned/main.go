@@ -1,9 +1,10 @@
 // Command vmlaned is vmlane's node daemon. On a Kubernetes node it reads
 // its own Node's podCIDRs, sets the node up (bridge, CNI conflists, the
-// NetworkUnavailable condition) and runs the route controller, which routes
-// every other node's pod subnets directly and keeps pod-to-pod traffic
-// un-NATed. With --pod-cidr and no cluster it runs standalone: bridge and
-// conflists for that subnet, for hosts that run VMs without Kubernetes.
+// NetworkUnavailable condition), serves DHCP on the bridge from the lease
+// file (package dhcp), and runs the route controller, which routes every
+// other node's pod subnets directly and keeps pod-to-pod traffic un-NATed.
+// With --pod-cidr and no cluster it runs standalone: bridge, conflists, DHCP
+// and leases for that subnet, for hosts that run VMs without Kubernetes.
 //
 // SIGTERM and SIGINT stop the daemon and leave routes, rules, the bridge and
 // the conflists in place, so a restart or an upgrade does not cut traffic;
