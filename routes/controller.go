@@ -195,7 +195,7 @@ func (c *Controller) desired() ([]Route, [][]Chain) {
 		}
 		cluster := c.opts.ClusterCIDRs
 		if len(cluster) == 0 {
-			cluster = d.PodCIDRs
+			cluster = Aggregate(d.PodCIDRs)
 		}
 		var fam []netip.Prefix
 		for _, p := range cluster {

@@ -191,3 +191,43 @@ func comparePrefix(a, b netip.Prefix) int {
 	}
 	return a.Bits() - b.Bits()
 }
+
+// Aggregate returns the smallest set of prefixes that covers exactly the
+// same addresses as ps: contained prefixes are dropped and sibling pairs
+// merged into their parent, repeatedly. Node IPAM hands out consecutive
+// podCIDRs from one cluster CIDR, so 5,000 nodes' /24s collapse to a few
+// prefixes, and the NAT exemption stays a few iptables rules instead of one
+// per node.
+func Aggregate(ps []netip.Prefix) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, p.Masked())
+	}
+	for {
+		slices.SortFunc(out, comparePrefix)
+		merged := out[:0]
+		changed := false
+		for _, p := range out {
+			if n := len(merged); n > 0 {
+				last := merged[n-1]
+				if last.Addr().Is4() == p.Addr().Is4() && last.Contains(p.Addr()) && last.Bits() <= p.Bits() {
+					changed = changed || last != p
+					continue // p is inside last
+				}
+				if last.Bits() == p.Bits() && last.Bits() > 0 && last.Addr().Is4() == p.Addr().Is4() {
+					parent := netip.PrefixFrom(last.Addr(), last.Bits()-1).Masked()
+					if parent.Addr() == last.Addr() && parent.Contains(p.Addr()) {
+						merged[n-1] = parent
+						changed = true
+						continue
+					}
+				}
+			}
+			merged = append(merged, p)
+		}
+		out = merged
+		if !changed {
+			return out
+		}
+	}
+}

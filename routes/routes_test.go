@@ -237,3 +237,27 @@ func TestTeardown(t *testing.T) {
 		t.Errorf("iptables after teardown:\n%s", got)
 	}
 }
+
+func TestAggregate(t *testing.T) {
+	var many []netip.Prefix
+	for i := range 5000 {
+		many = append(many, netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(128 + i/256), byte(i % 256), 0}), 24))
+	}
+	got := Aggregate(many)
+	// 5,000 = 4096 + 512 + 256 + 128 + 8 /24s from 10.128.0.0.
+	want := pfx("10.128.0.0/12", "10.144.0.0/15", "10.146.0.0/16", "10.147.0.0/17", "10.147.128.0/21")
+	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
+		t.Errorf("Aggregate(5000 /24s) (-want +got):\n%s", diff)
+	}
+	for _, tc := range []struct{ in, want []netip.Prefix }{
+		{pfx("10.0.0.0/24", "10.0.1.0/24"), pfx("10.0.0.0/23")},
+		{pfx("10.0.1.0/24", "10.0.2.0/24"), pfx("10.0.1.0/24", "10.0.2.0/24")}, // not siblings
+		{pfx("10.0.0.0/16", "10.0.5.0/24"), pfx("10.0.0.0/16")},
+		{pfx("fd00::/64", "fd00:0:0:1::/64", "10.0.0.0/24"), pfx("10.0.0.0/24", "fd00::/63")},
+		{nil, []netip.Prefix{}},
+	} {
+		if diff := cmp.Diff(tc.want, Aggregate(tc.in), cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
+			t.Errorf("Aggregate(%v) (-want +got):\n%s", tc.in, diff)
+		}
+	}
+}
