@@ -82,11 +82,14 @@ darwin:
 	GOOS=darwin $(GO) build ./...
 	GOOS=darwin $(GO) vet ./...
 
-## bench: benchmark tables (lease store; CNI ADD/DEL against bridge+host-local)
-bench: deps build cni-reference
+## bench: benchmark tables (lease store; CNI ADD/DEL against bridge+host-local; 5,000-node route sync)
+bench: deps build cni-reference controlplane
 	@mkdir -p $(CACHE)
 	set -o pipefail; $(GO) test -run '^$$' -bench . -benchtime 2s ./leases | tee $(CACHE)/bench-leases.txt | $(GO) run ./internal/benchtable
 	set -o pipefail; $(GO) run ./internal/cnibench -vmlane $(BIN)/vmlane -ref $(CNI_PLUGINS_DIR) | tee $(CACHE)/bench-cni.txt
+	set -o pipefail; VMLANE_PRIVILEGED=require VMLANE_BIN_DIR=$(BIN) \
+		VMLANE_CONTROLPLANE_DIR=$$(bash internal/controlplane/build.sh --print-dir $(CACHE)/controlplane) \
+		$(GO) test -run '^$$' -bench RouteController5000 -benchtime 1x -timeout 20m ./cmd/vmlaned | tee $(CACHE)/bench-routes.txt
 
 # One go install makes both reference plugins, cached by version.
 cni-reference:

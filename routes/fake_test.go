@@ -63,6 +63,10 @@ func (f *fakeTable) Replace(dst netip.Prefix, via netip.Addr, proto int) error {
 	if f.failOn != "" && strings.HasPrefix(call, f.failOn) {
 		return fmt.Errorf("injected failure")
 	}
+	if f.gateways[via].IsValid() {
+		// As the kernel: a gateway must be on a connected subnet.
+		return fmt.Errorf("Nexthop has invalid gateway")
+	}
 	f.routes[dst] = KernelRoute{Dst: dst, Via: via, Proto: proto}
 	return nil
 }

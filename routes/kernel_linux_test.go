@@ -73,7 +73,8 @@ func TestKernelRouteDeletedByHandComesBack(t *testing.T) {
 	n := kernelNode(t)
 	want := []Route{{Dst: netip.MustParsePrefix("10.244.1.0/24"), Via: netip.MustParseAddr("192.168.77.2")}}
 	loop := &Loop{
-		Table:   NewKernelTable(),
+		// Table is set inside the netns below: a kernel table binds to
+		// the netns it is made in.
 		Proto:   DefaultProtocol,
 		Resync:  time.Hour, // only the delete event can bring it back in time
 		Desired: func() ([]Route, [][]Chain) { return want, nil },
@@ -85,6 +86,7 @@ func TestKernelRouteDeletedByHandComesBack(t *testing.T) {
 	go n.Do(func() error {
 		// Subscribe and reconcile from inside the netns; the netlink
 		// socket keeps the netns it was opened in.
+		loop.Table = NewKernelTable()
 		err := WatchDeletes(DefaultProtocol, ctx.Done(), loop.Trigger)
 		ready <- err
 		if err == nil {

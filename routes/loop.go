@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"reflect"
 	"time"
 )
 
@@ -25,6 +26,7 @@ type Loop struct {
 	Log     *slog.Logger
 
 	trigger chan struct{}
+	applied [][]Chain // per IPT entry, the chains last applied without error
 }
 
 // Trigger asks for a reconcile soon. It never blocks.
@@ -51,31 +53,56 @@ func (l *Loop) Run(ctx context.Context) {
 	l.Init()
 	tick := time.NewTicker(l.Resync)
 	defer tick.Stop()
+	full := true // the first pass checks everything
 	for {
-		l.Once()
+		l.reconcile(full)
 		select {
 		case <-ctx.Done():
 			return
 		case <-l.trigger:
+			full = false
 		case <-tick.C:
+			full = true
 		}
 	}
 }
 
-// Once reconciles routes and chains one time.
-func (l *Loop) Once() (Outcome, error) {
+// Once reconciles routes and chains one time, checking the chains in the
+// kernel whatever it last applied.
+func (l *Loop) Once() (Outcome, error) { return l.reconcile(true) }
+
+// reconcile reconciles routes, and the iptables chains either fully (full:
+// read back and repaired, on the resync tick) or only when the rendered
+// chains differ from what was last applied. A route event or a Node event
+// then costs no iptables exec unless the rules must change: checking a
+// chain takes tens of milliseconds of execs, which every event queued
+// behind it would wait for.
+func (l *Loop) reconcile(full bool) (Outcome, error) {
+	start := time.Now()
 	want, chains := l.Desired()
 	out, err := Reconcile(l.Table, want, l.Proto)
+	if l.applied == nil {
+		l.applied = make([][]Chain, len(l.IPT))
+	}
 	for i, ipt := range l.IPT {
 		if ipt == nil || i >= len(chains) || chains[i] == nil {
+			continue
+		}
+		if !full && reflect.DeepEqual(l.applied[i], chains[i]) {
 			continue
 		}
 		changed, cerr := EnsureChains(ipt, chains[i])
 		if changed {
 			l.Log.Info("rebuilt iptables chains")
 		}
+		if cerr == nil {
+			l.applied[i] = chains[i]
+		} else {
+			l.applied[i] = nil
+		}
 		err = errors.Join(err, cerr)
 	}
+	out.Duration = time.Since(start)
 	for _, r := range out.Installed {
 		l.Log.Debug("route installed", "route", r.String(), "node", r.Node)
 	}

@@ -56,6 +56,9 @@ func (m *Metrics) observe(out Outcome, err error) {
 		return
 	}
 	m.owned.Set(float64(out.Owned))
+	if out.Duration > 0 {
+		m.reconcile.Observe(out.Duration.Seconds())
+	}
 	m.installed.Add(float64(len(out.Installed)))
 	m.deleted.Add(float64(len(out.Deleted)))
 	m.skipped.Add(float64(len(out.Unreachable)))
