@@ -29,9 +29,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/vmlane/vmlane/internal/controlplane"
 	"github.com/vmlane/vmlane/internal/netnstest"
-	"github.com/vmlane/vmlane/internal/privtest"
 	"github.com/vmlane/vmlane/routes"
 )
 
@@ -86,7 +84,7 @@ func BenchmarkRouteController5000(b *testing.B) {
 		b.Skip("measures once per run; use -benchtime 1x")
 	}
 	began, load0 := time.Now(), loadAvg()
-	c := newBenchCluster(b)
+	c := newCluster(b)
 	a := c.host("a", benchSelfIP+"/16")
 
 	clusterCIDR := os.Getenv("VMLANE_BENCH_CLUSTER_CIDR") == "1"
@@ -104,7 +102,7 @@ func BenchmarkRouteController5000(b *testing.B) {
 	if clusterCIDR {
 		extra = []string{"--cluster-cidr", benchClusterCIDR}
 	}
-	d := c.startDaemon(a, extra...)
+	d := c.startBenchDaemon(a, extra...)
 	synced := d.log.wait(b, d, "node informer synced", 3*time.Minute)
 	setUp := d.log.wait(b, d, "node set up", time.Second)
 	select {
@@ -240,70 +238,11 @@ func natRules(clusterCIDR bool) string {
 	return "every node's podCIDRs, aggregated"
 }
 
-// benchCluster is the integration test's cluster for a testing.TB: a test
-// switch, a control plane on it, and a client fast enough to create
-// thousands of Nodes.
-type benchCluster struct {
-	tb     testing.TB
-	sw     *netnstest.NS
-	cp     *controlplane.ControlPlane
-	client kubernetes.Interface
-	cfg    *rest.Config
-	bin    string
-}
-
-func newBenchCluster(tb testing.TB) *benchCluster {
-	tb.Helper()
-	privtest.Require(tb, "ip", "iptables")
-	if _, err := controlplane.Find(); err != nil { // before the build below
-		privtest.Missing(tb, err.Error())
-	}
-	bin := os.Getenv("VMLANE_BIN_DIR")
-	if _, err := os.Stat(filepath.Join(bin, "vmlaned")); bin == "" || err != nil {
-		bin = tb.TempDir()
-		out, err := exec.Command("go", "build", "-o", bin+"/", "github.com/vmlane/vmlane/cmd/vmlaned").CombinedOutput()
-		if err != nil {
-			tb.Fatalf("building vmlaned: %v\n%s", err, out)
-		}
-	}
-	sw := netnstest.New(tb, "sw")
-	sw.MustRun(tb, "ip", "link", "add", "sw0", "type", "bridge")
-	sw.MustRun(tb, "ip", "link", "set", "sw0", "up")
-	cp := controlplane.Start(tb, controlplane.Options{
-		Addr: netip.MustParsePrefix("10.99.0.1/24"), SwitchNS: sw.Name, SwitchBridge: "sw0",
-	})
-	cc := cp.Client()
-	// client-go's default 5 QPS would make creating the Nodes take 17 min;
-	// at 500 QPS after a burst of 1000 the limiter alone takes 8 s.
-	cfg := &rest.Config{
-		Host: cc.Host, BearerToken: cc.BearerToken, QPS: 500, Burst: 1000,
-		TLSClientConfig: rest.TLSClientConfig{CAData: cc.CAData}, Dial: cc.Dial,
-	}
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return &benchCluster{tb: tb, sw: sw, cp: cp, client: client, cfg: cfg, bin: bin}
-}
-
-// host adds a netns on the switch with addr (CIDR) on its eth0.
-func (c *benchCluster) host(tag, addr string) *netnstest.NS {
-	c.tb.Helper()
-	n := netnstest.New(c.tb, tag)
-	peer := "sw-" + tag
-	c.sw.MustRun(c.tb, "ip", "link", "add", peer, "type", "veth", "peer", "name", "eth0")
-	c.sw.MustRun(c.tb, "ip", "link", "set", "eth0", "netns", n.Name)
-	c.sw.MustRun(c.tb, "ip", "link", "set", peer, "master", "sw0", "up")
-	n.MustRun(c.tb, "ip", "addr", "add", addr, "dev", "eth0")
-	n.MustRun(c.tb, "ip", "link", "set", "eth0", "up")
-	return n
-}
-
 // createNodes creates node a and benchNodes others with benchWorkers
 // concurrent clients, and returns the others as created (index i is node
 // i). kept reports whether Create kept status.addresses; where it did not,
 // each Node got an UpdateStatus too.
-func (c *benchCluster) createNodes() (nodes []*corev1.Node, kept bool) {
+func (c *cluster) createNodes() (nodes []*corev1.Node, kept bool) {
 	c.tb.Helper()
 	ctx := context.Background()
 	create := func(name string, i int, ip netip.Addr) (*corev1.Node, bool, error) {
@@ -349,7 +288,7 @@ func (c *benchCluster) createNodes() (nodes []*corev1.Node, kept bool) {
 
 // listCost is the median of 3 lists of every Node in content type ct (""
 // is client-go's default, JSON): what the daemon's informer does at start.
-func (c *benchCluster) listCost(ct string) time.Duration {
+func (c *cluster) listCost(ct string) time.Duration {
 	c.tb.Helper()
 	cfg := rest.CopyConfig(c.cfg)
 	cfg.ContentType = ct
@@ -520,7 +459,7 @@ type benchDaemon struct {
 // pid is vmlaned's: `ip netns exec` execs in place, which pid checks.
 func (d *benchDaemon) pid() int { return d.cmd.Process.Pid }
 
-func (c *benchCluster) startDaemon(n *netnstest.NS, extra ...string) *benchDaemon {
+func (c *cluster) startBenchDaemon(n *netnstest.NS, extra ...string) *benchDaemon {
 	c.tb.Helper()
 	dir := c.tb.TempDir()
 	args := append([]string{"--kubeconfig", c.cp.Kubeconfig, "--node-name", "a",

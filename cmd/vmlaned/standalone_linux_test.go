@@ -18,7 +18,7 @@ import (
 	"github.com/vmlane/vmlane/internal/privtest"
 )
 
-func buildBinaries(t *testing.T) string {
+func buildBinaries(t testing.TB) string {
 	t.Helper()
 	if d := os.Getenv("VMLANE_BIN_DIR"); d != "" {
 		if _, err := os.Stat(filepath.Join(d, "vmlaned")); err == nil {
