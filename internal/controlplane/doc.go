@@ -6,7 +6,7 @@
 // The binaries are built from source through the Go module proxy by
 // build.sh (`make controlplane`) into a cache directory that the
 // VMLANE_CONTROLPLANE_DIR environment variable names. Each [Start] gets its
-// own network namespace, vmlcp-<pid>-<n>, with etcd and the apiserver
+// own network namespace (made by internal/netnstest), with etcd and the apiserver
 // inside, so tests running at once never share ports and nothing listens on
 // the host. A test reaches the apiserver either through [ControlPlane.Dial],
 // which opens connections from inside that namespace, or, with

@@ -7,20 +7,11 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 )
-
-// nsPrefix starts the name of every namespace this package makes.
-const nsPrefix = "vmlcp-"
-
-// netnsDir is where `ip netns` keeps named namespaces.
-const netnsDir = "/run/netns"
 
 // seq numbers the control planes of one test binary.
 var seq atomic.Int64
@@ -32,30 +23,6 @@ func ipCmd(args ...string) error {
 		return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return nil
-}
-
-// addNetNS creates the namespace vmlcp-<pid>-<n> with loopback up and
-// returns its name.
-func addNetNS(n int64) (string, error) {
-	sweepOnce()
-	name := fmt.Sprintf("%s%d-%d", nsPrefix, os.Getpid(), n)
-	if err := ipCmd("netns", "add", name); err != nil {
-		return "", err
-	}
-	if err := ipCmd("-n", name, "link", "set", "lo", "up"); err != nil {
-		delNetNS(name)
-		return "", err
-	}
-	return name, nil
-}
-
-// delNetNS deletes a namespace; the veth into the switch goes with it.
-func delNetNS(name string) error {
-	err := ipCmd("netns", "del", name)
-	if err != nil && strings.Contains(err.Error(), "No such file") {
-		return nil
-	}
-	return err
 }
 
 // addSwitchLink connects namespace name to bridge in switchNS with a veth
@@ -79,33 +46,6 @@ func addSwitchLink(name string, n int64, addr netip.Prefix, switchNS, bridge str
 		}
 	}
 	return nil
-}
-
-var swept atomic.Bool
-
-// sweepOnce deletes namespaces left by test binaries that no longer exist
-// (killed before their cleanups ran; their etcd and apiserver died with
-// them through Pdeathsig). Only our names whose pid is dead are touched.
-func sweepOnce() {
-	if swept.Swap(true) {
-		return
-	}
-	ents, err := os.ReadDir(netnsDir)
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		rest, ok := strings.CutPrefix(e.Name(), nsPrefix)
-		if !ok {
-			continue
-		}
-		pidStr, _, _ := strings.Cut(rest, "-")
-		pid, err := strconv.Atoi(pidStr)
-		if err != nil || pid == os.Getpid() || syscall.Kill(pid, 0) == nil {
-			continue
-		}
-		delNetNS(e.Name())
-	}
 }
 
 // inNetNS runs fn on an OS thread switched into the namespace at path.
@@ -134,6 +74,3 @@ func (cp *ControlPlane) Dial(ctx context.Context, network, addr string) (net.Con
 	})
 	return c, err
 }
-
-// nsPathOf is the bind-mount path of a named namespace.
-func nsPathOf(name string) string { return filepath.Join(netnsDir, name) }

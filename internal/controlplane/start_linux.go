@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmlane/vmlane/internal/netnstest"
 	"github.com/vmlane/vmlane/internal/privtest"
 )
 
@@ -38,21 +39,21 @@ func Start(t testing.TB, opts Options) *ControlPlane {
 	}
 	began := time.Now()
 
-	// TempDir before the Cleanup below, so that (cleanups run last first)
-	// the servers are stopped before their data and logs are removed.
+	// The namespace and TempDir before the Cleanup below, so that
+	// (cleanups run last first) the servers are stopped before their data
+	// and logs are removed and their namespace deleted. netnstest also
+	// sweeps namespaces a killed test binary left.
+	netns := netnstest.New(t, "cp")
+	name := netns.Name
 	dir := t.TempDir()
 	n := seq.Add(1)
-	name, err := addNetNS(n)
-	if err != nil {
-		t.Fatalf("controlplane: %v", err)
-	}
 	cp := &ControlPlane{
 		NetNS:   name,
 		LogDir:  dir,
 		t:       t,
 		bins:    bins,
 		dir:     dir,
-		nsPath:  nsPathOf(name),
+		nsPath:  netns.Path,
 		host:    netip.MustParseAddr("127.0.0.1"),
 		args:    opts.APIServerArgs,
 		timeout: opts.StartTimeout,
@@ -95,7 +96,7 @@ func Start(t testing.TB, opts Options) *ControlPlane {
 	return cp
 }
 
-// cleanup stops both servers and deletes the namespace. When the test
+// cleanup stops both servers (netnstest deletes the namespace). When the test
 // failed (also when Start failed) it first logs the tails of their logs,
 // where the reason usually is.
 func (cp *ControlPlane) cleanup() {
@@ -105,9 +106,6 @@ func (cp *ControlPlane) cleanup() {
 		}
 	}
 	cp.Stop()
-	if err := delNetNS(cp.NetNS); err != nil {
-		cp.t.Errorf("controlplane: %v", err)
-	}
 }
 
 // Stop stops the apiserver, then etcd. It is safe to call more than once;
