@@ -49,5 +49,7 @@
 // the lease file lock before Handle returns the reply that announces it: a
 // dynamic offer is on disk before its OFFER leaves, a binding before its
 // ACK. When the store fails Handle returns the error and no reply; the
-// client retransmits.
+// client retransmits. Lookups, which every DISCOVER and REQUEST starts
+// with, read the file without the lock (NewStoreAllocator) and parse it
+// again only when its inode, size or mtime changed.
 package dhcp

@@ -62,7 +62,7 @@ func TestUdhcpc(t *testing.T) {
 	cfg := testConfig()
 	cfg.Routes = []Route{{Dest: netip.MustParsePrefix("172.16.0.0/12"), Via: netip.MustParseAddr("10.98.0.254")}}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	h, err := NewHandler(cfg, StoreAllocator{Store: st}, WithLogger(log))
+	h, err := NewHandler(cfg, NewStoreAllocator(st), WithLogger(log))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,8 +2,12 @@ package dhcp
 
 import (
 	"errors"
+	"io/fs"
 	"net"
 	"net/netip"
+	"os"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/vmlane/vmlane/leases"
@@ -15,17 +19,83 @@ import (
 // method returns and before the handler replies.
 type StoreAllocator struct {
 	Store *leases.Store
+	// cache, when set (NewStoreAllocator), serves Lookup without the
+	// lock; nil reads under the lock every time.
+	cache *lookupCache
 }
 
 var _ Allocator = StoreAllocator{}
 
-// Lookup returns the live lease of mac.
+// NewStoreAllocator returns a StoreAllocator whose lookups (every DISCOVER
+// and REQUEST starts with one) read the lease file without its lock and
+// parse it again only when it changed. Writers replace the file by rename,
+// so a changed file is a new inode: one stat per packet tells.
+func NewStoreAllocator(s *leases.Store) StoreAllocator {
+	return StoreAllocator{Store: s, cache: &lookupCache{}}
+}
+
+// Lookup returns the live (not declined) lease of mac, expired or not: a
+// lapsed binding of a CNI reservation is still the MAC's address.
 func (a StoreAllocator) Lookup(mac net.HardwareAddr) (l leases.Lease, ok bool, err error) {
+	if a.cache != nil {
+		return a.cache.lookup(a.Store.Path(), mac.String())
+	}
 	err = a.Store.View(func(tx *leases.Tx) error {
 		l, ok = tx.ByMAC(mac.String())
 		return nil
 	})
 	return l, ok, err
+}
+
+// lookupCache is the last parse of the lease file, keyed by the file's
+// identity. Readers never lock the lease file (the rename makes every read
+// see a whole file), and a stale answer is harmless: every change a reply
+// depends on is made again under the lock (Allocate, Bind), which checks.
+type lookupCache struct {
+	mu    sync.Mutex
+	id    fileID
+	file  []leases.Lease
+	valid bool
+}
+
+type fileID struct {
+	ino, size int64
+	mtime     time.Time
+}
+
+func (c *lookupCache) lookup(path, mac string) (leases.Lease, bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	fi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		c.valid = false
+		return leases.Lease{}, false, nil
+	}
+	if err != nil {
+		return leases.Lease{}, false, err
+	}
+	id := fileID{size: fi.Size(), mtime: fi.ModTime()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		id.ino = int64(st.Ino)
+	}
+	if !c.valid || id != c.id {
+		snap, err := leases.Read(path)
+		if err != nil {
+			c.valid = false
+			return leases.Lease{}, false, err
+		}
+		c.file, c.id, c.valid = snap.Leases(), id, true
+	}
+	m, err := leases.NormalizeMAC(mac)
+	if err != nil {
+		return leases.Lease{}, false, nil
+	}
+	for _, l := range c.file {
+		if l.MAC == m && l.State != leases.StateDeclined {
+			return l, true, nil
+		}
+	}
+	return leases.Lease{}, false, nil
 }
 
 // Allocate returns mac's lease or holds a new dynamic one. Expired leases

@@ -25,7 +25,7 @@ func TestWithStore(t *testing.T) {
 	}
 	cfg := testConfig()
 	cfg.DynamicRange = &leases.Pool{First: netip.MustParseAddr("10.98.0.200"), Last: netip.MustParseAddr("10.98.0.210")}
-	h, _ := newTestHandler(t, cfg, StoreAllocator{Store: st})
+	h, _ := newTestHandler(t, cfg, NewStoreAllocator(st))
 	fileLease := func(mac net.HardwareAddr) (leases.Lease, bool) {
 		t.Helper()
 		snap, err := leases.Read(path)
@@ -98,4 +98,46 @@ func TestWithStore(t *testing.T) {
 	if q, _ := snap.ByIP(cniIP); q.State != leases.StateDeclined || q.ContainerID != "c1" {
 		t.Errorf("declined CNI lease = %+v", q)
 	}
+}
+
+// TestLookupCacheFollowsTheFile: the cached lookup sees every change a
+// writer (here the CNI plugin's side, through the store) makes, and answers
+// like the locked lookup: declined leases are not the MAC's, a lapsed
+// binding still is.
+func TestLookupCacheFollowsTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "leases.json")
+	now := t0
+	st, err := leases.Open(path, netip.MustParsePrefix("10.98.0.0/24"), serverIP, leases.WithClock(func() time.Time { return now }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cached, locked := NewStoreAllocator(st), StoreAllocator{Store: st}
+	check := func(step string, wantOK bool) {
+		t.Helper()
+		for name, a := range map[string]StoreAllocator{"cached": cached, "locked": locked} {
+			l, ok, err := a.Lookup(cniMAC)
+			if err != nil || ok != wantOK || (ok && l.IP != cniIP) {
+				t.Errorf("%s: %s Lookup = %+v, %v, %v; want found=%v", step, name, l, ok, err, wantOK)
+			}
+		}
+	}
+	check("no file", false)
+	key := leases.Key{ContainerID: "c1", IfName: "eth0"}
+	if _, err := st.Reserve(leases.ReserveRequest{Key: key, MAC: cniMAC.String(), IP: cniIP}); err != nil {
+		t.Fatal(err)
+	}
+	check("reserved", true)
+	if _, err := st.Bind(cniMAC.String(), cniIP, now.Add(time.Minute), ""); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(time.Hour) // the binding lapsed; the reservation stands
+	check("lapsed binding", true)
+	if _, err := st.Decline(cniIP, cniMAC.String(), now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	check("declined", false)
+	if _, _, err := st.Release(key); err != nil {
+		t.Fatal(err)
+	}
+	check("released", false)
 }

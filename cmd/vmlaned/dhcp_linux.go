@@ -92,7 +92,7 @@ func startDHCP(ctx context.Context, c *config, subnet netip.Prefix, mtu int, reg
 		cfg.DNS = append(cfg.DNS, netip.MustParseAddr(s)) // checked in parseFlags
 	}
 	m := newDHCPMetrics(reg)
-	h, err := dhcp.NewHandler(cfg, dhcp.StoreAllocator{Store: store}, dhcp.WithLogger(log), dhcp.WithHooks(m.hooks()))
+	h, err := dhcp.NewHandler(cfg, dhcp.NewStoreAllocator(store), dhcp.WithLogger(log), dhcp.WithHooks(m.hooks()))
 	if err != nil {
 		return fmt.Errorf("DHCP server config: %w", err)
 	}
