@@ -30,9 +30,11 @@ func run(ctx context.Context, c *config, log *slog.Logger) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// First, so a second vmlaned on this bridge says so, not that a port
 	// is taken.
-	if err := lockBridge(c.LeaseFile, c.Bridge); err != nil {
+	lock, err := lockBridge(c.LeaseFile, c.Bridge)
+	if err != nil {
 		return err
 	}
+	defer lock.Close() // held, and kept reachable, until run returns
 	h := &health{start: time.Now(), window: 3 * c.Resync}
 	if err := serve(ctx, c.HealthAddr, h.mux(), log); err != nil {
 		return err

@@ -22,26 +22,27 @@ import (
 // lockBridge takes an exclusive flock on a run file beside the lease file,
 // named for the bridge, so a second vmlaned on the same bridge refuses to
 // start instead of both binding port 67 (the DHCP socket sets SO_REUSEPORT,
-// so the kernel would not stop it). The lock lasts as long as the process.
-func lockBridge(leaseFile, bridge string) error {
+// so the kernel would not stop it). The lock lasts while the returned file
+// is open: the caller must keep it (an unreachable *os.File is closed by
+// its finalizer, which would drop the lock at the next GC).
+func lockBridge(leaseFile, bridge string) (*os.File, error) {
 	dir := filepath.Dir(leaseFile)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+		return nil, err
 	}
 	path := filepath.Join(dir, "vmlaned-"+bridge+".lock")
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		return fmt.Errorf("opening %s: %w", path, err)
+		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		pid, _ := os.ReadFile(path)
 		f.Close()
-		return fmt.Errorf("another vmlaned (pid %s) already serves bridge %s (lock %s)", strings.TrimSpace(string(pid)), bridge, path)
+		return nil, fmt.Errorf("another vmlaned (pid %s) already serves bridge %s (lock %s)", strings.TrimSpace(string(pid)), bridge, path)
 	}
 	f.Truncate(0)
 	f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-	// f stays open (and locked) for the life of the process.
-	return nil
+	return f, nil
 }
 
 // dhcpMetrics are the DHCP server's Prometheus metrics.
