@@ -10,13 +10,25 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
+	"github.com/vmlane/vmlane/internal/netaddr"
 	"github.com/vmlane/vmlane/leases"
+)
+
+// The conflists vmlaned writes into the CNI config folder. ConflistName
+// (network "vmlane", plain pods) sorts before most other plugins' files, so
+// the CRI runtime picks it for ordinary pods. VMConflistName (network
+// "vmlane-vm", "vm": true) sorts last, so the CRI runtime never picks it;
+// a VM runtime loads it by name for its VM pods.
+const (
+	DefaultConfDir = "/etc/cni/net.d"
+	ConflistName   = "10-vmlane.conflist"
+	VMConflistName = "99-vmlane-vm.conflist"
 )
 
 // Defaults of the network config.
 const (
 	DefaultBridge    = "vmlane0"
-	DefaultLeaseFile = "/var/lib/vmlane/leases.json"
+	DefaultLeaseFile = leases.DefaultPath
 	DefaultTapName   = "tap0"
 	// DefaultLeaseTime is the DHCP lease a VM gets when the config says
 	// nothing; the DHCP server in vmlaned uses the same default.
@@ -152,7 +164,7 @@ func ParseConfig(stdin []byte, defaultMTU func() int) (*Config, error) {
 		if !p.Contains(gw) {
 			return nil, configError("gateway", c.Gateway, "is outside subnet "+c.Subnet)
 		}
-		if gw == p.Addr() || gw == lastAddr(p) {
+		if gw == p.Addr() || gw == netaddr.LastAddr(p) {
 			return nil, configError("gateway", c.Gateway, "is the network or broadcast address of "+c.Subnet)
 		}
 		c.GatewayAddr = gw
@@ -207,7 +219,7 @@ func ParseConfig(stdin []byte, defaultMTU func() int) (*Config, error) {
 		if !p.Contains(a) {
 			return nil, configError("runtimeConfig.ips", s, "is outside subnet "+c.Subnet)
 		}
-		if a == p.Addr() || a == lastAddr(p) || a == c.GatewayAddr {
+		if a == p.Addr() || a == netaddr.LastAddr(p) || a == c.GatewayAddr {
 			return nil, configError("runtimeConfig.ips", s, "is the network, broadcast or gateway address of "+c.Subnet)
 		}
 		if c.IP.IsValid() {
@@ -267,13 +279,6 @@ func checkIfName(field, name string) error {
 		return configError(field, name, "contains '%'")
 	}
 	return nil
-}
-
-func lastAddr(p netip.Prefix) netip.Addr {
-	b := p.Addr().As4()
-	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
-	v |= (1 << (32 - p.Bits())) - 1
-	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
 
 // K8sArgs are the CNI_ARGS vmlane reads.

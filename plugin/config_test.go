@@ -10,6 +10,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/google/go-cmp/cmp"
+	"github.com/vmlane/vmlane/internal/netaddr"
 	"github.com/vmlane/vmlane/leases"
 )
 
@@ -325,7 +326,7 @@ func FuzzParseConfig(f *testing.F) {
 		switch {
 		case !p.Addr().Is4() || p != p.Masked() || p.Bits() > 30:
 			t.Fatalf("accepted subnet %s", p)
-		case !p.Contains(c.GatewayAddr) || c.GatewayAddr == p.Addr() || c.GatewayAddr == lastAddr(p):
+		case !p.Contains(c.GatewayAddr) || c.GatewayAddr == p.Addr() || c.GatewayAddr == netaddr.LastAddr(p):
 			t.Fatalf("accepted gateway %s for %s", c.GatewayAddr, p)
 		case c.MTU < minMTU || c.MTU > maxMTU:
 			t.Fatalf("accepted mtu %d", c.MTU)

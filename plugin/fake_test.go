@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/vmlane/vmlane/internal/bridge"
 	"net"
 	"net/netip"
 	"slices"
@@ -223,7 +224,7 @@ func (f *fakeDataplane) EnsureBridge(name string, gw netip.Prefix, mtu int, mac 
 		f.links[k] = l
 	}
 	if l.kind != "bridge" {
-		return Link{}, &notBridgeError{Name: name, Type: l.kind}
+		return Link{}, &bridge.NotBridgeError{Name: name, Type: l.kind}
 	}
 	l.mtu, l.mac, l.up = mtu, mac, true
 	l.addrs = []netip.Prefix{gw}
@@ -419,7 +420,7 @@ func (f *fakeDataplane) BridgeStatus(name string) error {
 	case l == nil:
 		return errors.New("Link not found")
 	case l.kind != "bridge":
-		return &notBridgeError{Name: name, Type: l.kind}
+		return &bridge.NotBridgeError{Name: name, Type: l.kind}
 	case !l.up:
 		return errors.New("bridge is down")
 	}
@@ -533,7 +534,7 @@ func TestFakeDataplane(t *testing.T) {
 		}
 		return f
 	}
-	bridge := []string{
+	brLines := []string{
 		"ip addr add 10.0.0.1/24 dev br0",
 		"ip link add br0 type bridge",
 		"ip link set br0 address 02:76:0a:00:00:01 mtu 1500 up",
@@ -548,7 +549,7 @@ func TestFakeDataplane(t *testing.T) {
 
 	t.Run("state", func(t *testing.T) {
 		f := build(t)
-		want := sorted(bridge, tap, []string{
+		want := sorted(brLines, tap, []string{
 			"ip -n /run/netns/p link set eth0 mtu 1500 addrgenmode none up",
 			"ip link add vh type veth peer name eth0 netns /run/netns/p",
 			"ip link set vh master br0 mtu 1500 up",
@@ -567,14 +568,14 @@ func TestFakeDataplane(t *testing.T) {
 		if err := f.DeleteHostLink("vh"); err != nil {
 			t.Fatalf("deleting a missing link: %v", err)
 		}
-		if diff := cmp.Diff(sorted(bridge, tap), f.state()); diff != "" {
+		if diff := cmp.Diff(sorted(brLines, tap), f.state()); diff != "" {
 			t.Errorf("state (-want +got):\n%s", diff)
 		}
 	})
 	t.Run("netns going takes its links and their peers", func(t *testing.T) {
 		f := build(t)
 		f.removeNetns("/run/netns/p")
-		if diff := cmp.Diff(sorted(bridge), f.state()); diff != "" {
+		if diff := cmp.Diff(sorted(brLines), f.state()); diff != "" {
 			t.Errorf("state (-want +got):\n%s", diff)
 		}
 		if err := f.DeleteNetnsLinks("/run/netns/p", "eth0", "tap0"); err != nil {
@@ -596,7 +597,7 @@ func TestFakeDataplane(t *testing.T) {
 			t.Error("a multi-queue TAP over a single-queue one")
 		}
 		f.addForeignLink("eth9", "device")
-		var nb *notBridgeError
+		var nb *bridge.NotBridgeError
 		if _, err := f.EnsureBridge("eth9", gw, 1500, "02:76:0a:00:00:01"); !errors.As(err, &nb) || nb.Name != "eth9" || nb.Type != "device" {
 			t.Errorf("EnsureBridge over a device: %v", err)
 		}

@@ -51,10 +51,6 @@ func (netlinkDataplane) CheckNetns(path string) error {
 
 func (netlinkDataplane) EnsureBridge(name string, gw netip.Prefix, mtu int, mac string) (Link, error) {
 	got, err := bridge.Ensure(name, gw, mtu, mac)
-	var nb *bridge.NotBridgeError
-	if errors.As(err, &nb) {
-		return Link{}, &notBridgeError{Name: nb.Name, Type: nb.Type}
-	}
 	if err != nil {
 		return Link{}, err
 	}
@@ -340,11 +336,4 @@ func deleteGroup(links []netlink.Link) bool {
 	return err == nil
 }
 
-func (netlinkDataplane) BridgeStatus(name string) error {
-	err := bridge.Status(name)
-	var nb *bridge.NotBridgeError
-	if errors.As(err, &nb) {
-		return &notBridgeError{Name: nb.Name, Type: nb.Type}
-	}
-	return err
-}
+func (netlinkDataplane) BridgeStatus(name string) error { return bridge.Status(name) }

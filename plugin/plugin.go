@@ -12,6 +12,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
+	"github.com/vmlane/vmlane/internal/bridge"
 	"github.com/vmlane/vmlane/leases"
 )
 
@@ -30,7 +31,7 @@ type dataplane interface {
 	// EnsureBridge makes the bridge exist, up, with mtu and mac, and with
 	// gw as its only address of gw's family (a gateway of an older pod
 	// CIDR is replaced). A link of that name that is not a bridge is a
-	// *notBridgeError.
+	// *bridge.NotBridgeError.
 	EnsureBridge(name string, gw netip.Prefix, mtu int, mac string) (Link, error)
 	// EnableForwarding turns on IPv4 forwarding in the host netns.
 	EnableForwarding() error
@@ -61,14 +62,6 @@ var errNoNetns = errors.New("no such network namespace")
 // errPluginNotAvailable is CNI error 50 (spec 1.1 STATUS: "the plugin is
 // not available"); the cni library names no constant for it.
 const errPluginNotAvailable uint = 50
-
-// notBridgeError: the configured bridge name belongs to another kind of link
-// (the host's uplink, say), which vmlane must not touch.
-type notBridgeError struct{ Name, Type string }
-
-func (e *notBridgeError) Error() string {
-	return fmt.Sprintf("%q is an existing link of type %q, not a bridge", e.Name, e.Type)
-}
 
 // Plugin runs the CNI verbs against a dataplane.
 type Plugin struct {
@@ -124,8 +117,8 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 			return err
 		}
 		gw := netip.PrefixFrom(c.GatewayAddr, c.SubnetPrefix.Bits())
-		bridge, err := p.dp.EnsureBridge(c.Bridge, gw, c.MTU, DeriveMAC(c.GatewayAddr))
-		var nb *notBridgeError
+		br, err := p.dp.EnsureBridge(c.Bridge, gw, c.MTU, DeriveMAC(c.GatewayAddr))
+		var nb *bridge.NotBridgeError
 		if errors.As(err, &nb) {
 			return configError("bridge", c.Bridge, fmt.Sprintf("is an existing link of type %q, not a bridge", nb.Type))
 		}
@@ -196,7 +189,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		if err != nil {
 			return fmt.Errorf("creating veth %s/%s: %w", hostIf, args.IfName, err)
 		}
-		a := Attached{Bridge: bridge, HostVeth: host, PodVeth: podLink}
+		a := Attached{Bridge: br, HostVeth: host, PodVeth: podLink}
 		addr := netip.PrefixFrom(lease.IP, c.SubnetPrefix.Bits())
 		if c.VM {
 			tap, err := p.dp.SetupTap(args.Netns, c.TapName, args.IfName, c.MTU, c.TapMultiQueue)

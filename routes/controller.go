@@ -83,11 +83,7 @@ func NewController(client kubernetes.Interface, table routeTable, ipt4, ipt6 ipt
 		metrics:  m,
 		reported: map[string]bool{},
 	}
-	var ipts []iptablesInterface
-	for _, i := range []iptablesInterface{ipt4, ipt6} {
-		ipts = append(ipts, i)
-	}
-	c.loop = &Loop{Table: table, IPT: ipts, Proto: o.Protocol, Resync: o.Resync, Desired: c.desired, Observe: c.observe, Log: log}
+	c.loop = &Loop{Table: table, IPT: []iptablesInterface{ipt4, ipt6}, Proto: o.Protocol, Resync: o.Resync, Desired: c.desired, Observe: c.observe, Log: log}
 	c.loop.Init()
 	enqueue := func(kind string) func(any) {
 		return func(any) {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+
+	"github.com/vmlane/vmlane/internal/netaddr"
 )
 
 // Node is what the route controller needs of a Kubernetes Node.
@@ -144,29 +146,13 @@ func findOverlaps(nodes []Node) map[claim]string {
 				mark(c, claims[open])
 				mark(claims[open], c)
 			}
-			if lastAddrOf(c.p).Compare(lastAddrOf(claims[open].p)) <= 0 {
+			if netaddr.LastAddr(c.p).Compare(netaddr.LastAddr(claims[open].p)) <= 0 {
 				continue
 			}
 		}
 		open = i
 	}
 	return out
-}
-
-func lastAddrOf(p netip.Prefix) netip.Addr {
-	b := p.Masked().Addr().AsSlice()
-	for i := range b {
-		bits := p.Bits() - i*8
-		switch {
-		case bits >= 8:
-		case bits <= 0:
-			b[i] = 0xff
-		default:
-			b[i] |= 0xff >> bits
-		}
-	}
-	a, _ := netip.AddrFromSlice(b)
-	return a
 }
 
 func firstOfFamily(addrs []netip.Addr, v4 bool) (netip.Addr, bool) {

@@ -2,9 +2,9 @@ package main
 
 import (
 	"flag"
-	"fmt"
 	"io"
 
+	"github.com/vmlane/vmlane/plugin"
 	"github.com/vmlane/vmlane/routes"
 )
 
@@ -22,8 +22,8 @@ func (c *cli) runTeardown(args []string) int {
 	fs := flag.NewFlagSet("vmlanectl teardown", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.IntVar(&o.protocol, "route-protocol", routes.DefaultProtocol, "")
-	fs.StringVar(&o.cniConfDir, "cni-conf-dir", "/etc/cni/net.d", "")
-	fs.StringVar(&o.bridge, "bridge", "vmlane0", "")
+	fs.StringVar(&o.cniConfDir, "cni-conf-dir", plugin.DefaultConfDir, "")
+	fs.StringVar(&o.bridge, "bridge", plugin.DefaultBridge, "")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "")
 	if err := fs.Parse(args); err != nil {
 		return c.fail("vmlanectl teardown", usagef("%v", err))
@@ -39,5 +39,3 @@ func (c *cli) runTeardown(args []string) int {
 	}
 	return exitOK
 }
-
-func printf(w io.Writer, format string, args ...any) { fmt.Fprintf(w, format, args...) }

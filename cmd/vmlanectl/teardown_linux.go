@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/vmlane/vmlane/internal/bridge"
+	"github.com/vmlane/vmlane/plugin"
 	"github.com/vmlane/vmlane/routes"
 )
 
@@ -19,8 +20,8 @@ import (
 // of which pod had which address.
 func teardown(w io.Writer, o teardownOpts) error {
 	if o.dryRun {
-		printf(w, "would remove: routes with protocol %d, iptables chains %s and %s with their jumps, %s and %s in %s, bridge %s\n",
-			o.protocol, routes.ChainNAT, routes.ChainForward, "10-vmlane.conflist", "99-vmlane-vm.conflist", o.cniConfDir, o.bridge)
+		fmt.Fprintf(w, "would remove: routes with protocol %d, iptables chains %s and %s with their jumps, %s and %s in %s, bridge %s\n",
+			o.protocol, routes.ChainNAT, routes.ChainForward, plugin.ConflistName, plugin.VMConflistName, o.cniConfDir, o.bridge)
 		return nil
 	}
 	var errs []error
@@ -38,15 +39,15 @@ func teardown(w io.Writer, o teardownOpts) error {
 	removed, err := routes.Teardown(routes.NewKernelTable(), ipts, o.protocol)
 	errs = append(errs, err)
 	for _, r := range removed {
-		printf(w, "removed route %s\n", r)
+		fmt.Fprintf(w, "removed route %s\n", r)
 	}
-	printf(w, "removed iptables chains %s and %s\n", routes.ChainNAT, routes.ChainForward)
-	for _, name := range []string{"10-vmlane.conflist", "99-vmlane-vm.conflist"} {
+	fmt.Fprintf(w, "removed iptables chains %s and %s\n", routes.ChainNAT, routes.ChainForward)
+	for _, name := range []string{plugin.ConflistName, plugin.VMConflistName} {
 		p := filepath.Join(o.cniConfDir, name)
 		err := os.Remove(p)
 		switch {
 		case err == nil:
-			printf(w, "removed %s\n", p)
+			fmt.Fprintf(w, "removed %s\n", p)
 		case !errors.Is(err, fs.ErrNotExist):
 			errs = append(errs, err)
 		}
@@ -54,7 +55,7 @@ func teardown(w io.Writer, o teardownOpts) error {
 	if err := bridge.Delete(o.bridge); err != nil {
 		errs = append(errs, fmt.Errorf("deleting bridge %s: %w", o.bridge, err))
 	} else {
-		printf(w, "removed bridge %s (if it existed)\n", o.bridge)
+		fmt.Fprintf(w, "removed bridge %s (if it existed)\n", o.bridge)
 	}
 	return errors.Join(errs...)
 }

@@ -7,16 +7,14 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/vmlane/vmlane/plugin"
 )
 
-// The conflists vmlaned writes into --cni-conf-dir. "10-vmlane.conflist"
-// (network "vmlane", plain pods) sorts before most other plugins' files, so
-// the CRI runtime picks it for ordinary pods. "99-vmlane-vm.conflist"
-// (network "vmlane-vm", "vm": true) sorts last, so the CRI runtime never
-// picks it; a VM runtime loads it by name for its VM pods.
+// The conflists' names and roles: plugin.ConflistName, plugin.VMConflistName.
 const (
-	ConflistName   = "10-vmlane.conflist"
-	VMConflistName = "99-vmlane-vm.conflist"
+	ConflistName   = plugin.ConflistName
+	VMConflistName = plugin.VMConflistName
 )
 
 func conflistFile(vm bool) string {

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/vmlane/vmlane/leases"
+	"github.com/vmlane/vmlane/plugin"
 	"github.com/vmlane/vmlane/routes"
 )
 
@@ -70,11 +71,11 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.RouteProtocol, "route-protocol", routes.DefaultProtocol, "route protocol number that marks vmlane's routes")
 	fs.DurationVar(&c.Resync, "resync-period", 30*time.Second, "how often routes and rules are checked without events")
 	fs.BoolVar(&c.Masquerade, "masquerade", true, "masquerade pod traffic that leaves the pod network")
-	fs.StringVar(&c.CNIConfDir, "cni-conf-dir", "/etc/cni/net.d", "where the CNI conflists are written")
+	fs.StringVar(&c.CNIConfDir, "cni-conf-dir", plugin.DefaultConfDir, "where the CNI conflists are written")
 	fs.StringVar(&c.NodeIPAnnotation, "node-ip-annotation", "", "annotation whose address overrides a node's InternalIP as next hop")
 	fs.StringVar(&c.HealthAddr, "health-addr", "127.0.0.1:9465", "address of /healthz and /readyz (never the VM bridge)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "127.0.0.1:9464", "address of /metrics (never the VM bridge)")
-	fs.StringVar(&c.Bridge, "bridge", "vmlane0", "the VM bridge")
+	fs.StringVar(&c.Bridge, "bridge", plugin.DefaultBridge, "the VM bridge")
 	fs.StringVar(&c.LeaseFile, "lease-file", leases.DefaultPath, "the lease file")
 	fs.IntVar(&c.MTU, "mtu", 0, "MTU of the bridge and pod links (default: the plugin's, from the default route)")
 	fs.DurationVar(&c.LeaseTime, "lease-time", time.Hour, "DHCP lease time")

@@ -11,14 +11,6 @@ import (
 	"github.com/vishvananda/netlink"
 )
 
-// NotBridgeError: the name belongs to another kind of link (the host's
-// uplink, say), which vmlane must not touch.
-type NotBridgeError struct{ Name, Type string }
-
-func (e *NotBridgeError) Error() string {
-	return fmt.Sprintf("%q is an existing link of type %q, not a bridge", e.Name, e.Type)
-}
-
 // IsNotFound reports whether err says a link does not exist.
 func IsNotFound(err error) bool {
 	var nf netlink.LinkNotFoundError
