@@ -9,7 +9,7 @@ BIN       := $(CURDIR)/bin
 CACHE     := $(CURDIR)/.cache
 FUZZTIME  ?= 10s
 # Packages the privileged tests and the demo use, all from Debian 12.
-APT_PKGS  := iproute2 iptables iputils-ping util-linux procps kmod cpio busybox-static qemu-system-x86
+APT_PKGS  := iproute2 iptables iputils-ping util-linux procps kmod cpio busybox-static qemu-system-x86 isc-dhcp-client dhcpcd-base dnsmasq-base
 
 export GOFLAGS ?= -buildvcs=false
 
