@@ -49,7 +49,11 @@
 // the lease file lock before Handle returns the reply that announces it: a
 // dynamic offer is on disk before its OFFER leaves, a binding before its
 // ACK. When the store fails Handle returns the error and no reply; the
-// client retransmits. Lookups, which every DISCOVER and REQUEST starts
-// with, read the file without the lock (NewStoreAllocator) and parse it
-// again only when its inode, size or mtime changed.
+// client retransmits. Binds that arrive together share one transaction
+// (group commit, no timer: a lone bind commits at once), so a burst of
+// guests costs one fsync per batch, not per guest. Lookups, which every
+// DISCOVER and REQUEST starts with, read the file without the lock
+// (NewStoreAllocator), learn of the CNI plugin's writes by inotify on the
+// lease folder ([StoreAllocator.Watch]) and parse the file again only when
+// its inode, size or mtime changed.
 package dhcp

@@ -1,12 +1,14 @@
 package dhcp
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 	"net"
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -15,23 +17,64 @@ import (
 
 // StoreAllocator serves leases from a lease file: the CNI plugin's
 // reservations and, with a dynamic range, the server's own allocations.
-// Every change is one [leases.Store.Update], so it is fsynced before the
+// Every change is a [leases.Store.Update], so it is fsynced before the
 // method returns and before the handler replies.
 type StoreAllocator struct {
 	Store *leases.Store
 	// cache, when set (NewStoreAllocator), serves Lookup without the
 	// lock; nil reads under the lock every time.
 	cache *lookupCache
+	// binds, when set (NewStoreAllocator), group-commits Bind; nil binds
+	// in a transaction of its own.
+	binds *groupCommit
 }
 
 var _ Allocator = StoreAllocator{}
 
 // NewStoreAllocator returns a StoreAllocator whose lookups (every DISCOVER
 // and REQUEST starts with one) read the lease file without its lock and
-// parse it again only when it changed. Writers replace the file by rename,
-// so a changed file is a new inode: one stat per packet tells.
+// parse it again only when it changed, and whose binds (every ACK) share
+// transactions when they arrive together. Call [StoreAllocator.Watch] to
+// learn of changes by inotify instead of a stat per lookup.
 func NewStoreAllocator(s *leases.Store) StoreAllocator {
-	return StoreAllocator{Store: s, cache: &lookupCache{}}
+	return StoreAllocator{Store: s, cache: &lookupCache{}, binds: &groupCommit{store: s}}
+}
+
+// Watch keeps the lookup cache fresh by change notification on the lease
+// folder (inotify on Linux) until ctx ends: the CNI plugin's new and
+// released reservations are seen as soon as their write lands, and a lookup
+// that hits the cache costs no system call. Lookups still check the file
+// itself on a miss (a notification is asynchronous: the reservation a
+// DISCOVER asks for may have landed a moment ago) and at least once a
+// second (a watch dies with its folder). Without Watch, or where the
+// system has no notification, every lookup checks the file.
+func (a StoreAllocator) Watch(ctx context.Context) error {
+	if a.cache == nil {
+		return nil
+	}
+	changed, stop, err := leases.Watch(a.Store.Path())
+	if err != nil {
+		return err
+	}
+	if changed == nil {
+		stop()
+		return nil
+	}
+	a.cache.dirty.Store(true)
+	a.cache.watched.Store(true)
+	go func() {
+		defer stop()
+		defer a.cache.watched.Store(false)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+				a.cache.dirty.Store(true)
+			}
+		}
+	}()
+	return nil
 }
 
 // Lookup returns the live (not declined) lease of mac, expired or not: a
@@ -52,11 +95,19 @@ func (a StoreAllocator) Lookup(mac net.HardwareAddr) (l leases.Lease, ok bool, e
 // see a whole file), and a stale answer is harmless: every change a reply
 // depends on is made again under the lock (Allocate, Bind), which checks.
 type lookupCache struct {
-	mu    sync.Mutex
-	id    fileID
-	file  []leases.Lease
-	valid bool
+	// watched: a watcher sets dirty on every change, so a clean cache
+	// younger than maxTrust needs no stat.
+	watched, dirty atomic.Bool
+
+	mu      sync.Mutex
+	id      fileID                  // guarded by mu
+	byMAC   map[string]leases.Lease // live leases of the file; guarded by mu
+	valid   bool                    // guarded by mu
+	checked time.Time               // last stat; guarded by mu
 }
+
+// maxTrust is how long a watched cache is believed without a stat.
+const maxTrust = time.Second
 
 type fileID struct {
 	ino, size int64
@@ -64,38 +115,59 @@ type fileID struct {
 }
 
 func (c *lookupCache) lookup(path, mac string) (leases.Lease, bool, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	fi, err := os.Stat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		c.valid = false
+	m, err := leases.NormalizeMAC(mac)
+	if err != nil {
 		return leases.Lease{}, false, nil
 	}
-	if err != nil {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.valid && c.watched.Load() && !c.dirty.Load() && time.Since(c.checked) < maxTrust {
+		if l, ok := c.byMAC[m]; ok {
+			return l, true, nil
+		}
+	}
+	if err := c.refreshLocked(path); err != nil {
 		return leases.Lease{}, false, err
+	}
+	l, ok := c.byMAC[m]
+	return l, ok, nil
+}
+
+// refreshLocked re-reads the file when its identity changed. The dirty
+// flag is cleared before the stat, so a change that lands during the read
+// marks the cache dirty again. c.mu must be held.
+func (c *lookupCache) refreshLocked(path string) error {
+	c.dirty.Store(false)
+	c.checked = time.Now()
+	fi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		c.byMAC, c.valid = nil, false
+		return nil
+	}
+	if err != nil {
+		c.byMAC, c.valid = nil, false
+		return err
 	}
 	id := fileID{size: fi.Size(), mtime: fi.ModTime()}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		id.ino = int64(st.Ino)
 	}
-	if !c.valid || id != c.id {
-		snap, err := leases.Read(path)
-		if err != nil {
-			c.valid = false
-			return leases.Lease{}, false, err
-		}
-		c.file, c.id, c.valid = snap.Leases(), id, true
+	if c.valid && id == c.id {
+		return nil
 	}
-	m, err := leases.NormalizeMAC(mac)
+	snap, err := leases.Read(path)
 	if err != nil {
-		return leases.Lease{}, false, nil
+		c.byMAC, c.valid = nil, false
+		return err
 	}
-	for _, l := range c.file {
-		if l.MAC == m && l.State != leases.StateDeclined {
-			return l, true, nil
+	byMAC := make(map[string]leases.Lease, len(snap.Leases()))
+	for _, l := range snap.Leases() {
+		if l.MAC != "" && l.State != leases.StateDeclined {
+			byMAC[l.MAC] = l
 		}
 	}
-	return leases.Lease{}, false, nil
+	c.byMAC, c.id, c.valid = byMAC, id, true
+	return nil
 }
 
 // Allocate returns mac's lease or holds a new dynamic one. Expired leases
@@ -138,7 +210,12 @@ func isAddrUnusable(tx *leases.Tx, want netip.Addr) bool {
 }
 
 // Bind marks ip bound to mac until expires.
+// Binds that arrive together share one transaction (see groupCommit); each
+// returns once its own bind is durable.
 func (a StoreAllocator) Bind(mac net.HardwareAddr, ip netip.Addr, expires time.Time, hostname string) (l leases.Lease, err error) {
+	if a.binds != nil {
+		return a.binds.bind(mac.String(), ip, expires, hostname)
+	}
 	return a.Store.Bind(mac.String(), ip, expires, hostname)
 }
 

@@ -67,3 +67,19 @@ func Wait(ctx context.Context, path, mac string) (Lease, error) {
 		}
 	}
 }
+
+// Watch reports changes to the lease file at path: the returned channel
+// receives (coalesced, never blocking the watcher) whenever a file by that
+// name is created, written or renamed into its folder, which is how every
+// writer replaces it. A reader that caches a parse of the file re-reads it
+// after a receive instead of checking the file on every use. Call stop to
+// end the watch. The folder must exist. Off Linux there is no change
+// notification: changed is nil (it never fires) and the caller must check
+// the file itself.
+func Watch(path string) (changed <-chan struct{}, stop func(), err error) {
+	changed, stop, err = watchFile(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("watching %s: %w", filepath.Dir(path), err)
+	}
+	return changed, stop, nil
+}

@@ -93,7 +93,12 @@ func startDHCP(ctx context.Context, c *config, subnet netip.Prefix, mtu int, reg
 		cfg.DNS = append(cfg.DNS, netip.MustParseAddr(s)) // checked in parseFlags
 	}
 	m := newDHCPMetrics(reg)
-	h, err := dhcp.NewHandler(cfg, dhcp.NewStoreAllocator(store), dhcp.WithLogger(log), dhcp.WithHooks(m.hooks()))
+	alloc := dhcp.NewStoreAllocator(store)
+	if err := alloc.Watch(ctx); err != nil {
+		// Still correct without it: every lookup checks the file.
+		log.Warn("no change notification on the lease folder; checking the file on every lookup", "err", err)
+	}
+	h, err := dhcp.NewHandler(cfg, alloc, dhcp.WithLogger(log), dhcp.WithHooks(m.hooks()))
 	if err != nil {
 		return fmt.Errorf("DHCP server config: %w", err)
 	}
