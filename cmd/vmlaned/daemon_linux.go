@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -188,6 +190,9 @@ func setupNode(c *config, subnet netip.Prefix, log *slog.Logger) (int, error) {
 	if _, err := bridge.Ensure(c.Bridge, netip.PrefixFrom(gw, subnet.Bits()), mtu, plugin.DeriveMAC(gw)); err != nil {
 		return 0, fmt.Errorf("setting up bridge %s: %w", c.Bridge, err)
 	}
+	if err := ensureForwarding(subnet, log); err != nil {
+		return 0, err
+	}
 	for _, vm := range []bool{false, true} {
 		p := conflistParams{Bridge: c.Bridge, Subnet: subnet, Gateway: gw, MTU: mtu, LeaseFile: c.LeaseFile,
 			LeaseTime: c.LeaseTime, DNS: c.DNS, Search: c.Search, Domain: c.Domain, VM: vm, Exclude: c.DHCPRangeText}
@@ -225,4 +230,28 @@ func setNetworkAvailable(ctx context.Context, client kubernetes.Interface, name 
 	// so the kubelet's own conditions stay.
 	_, err := client.CoreV1().Nodes().PatchStatus(ctx, name, patch)
 	return err
+}
+
+// ensureForwarding turns on IP forwarding for subnet's family: pods reach
+// other nodes and the outside world through this node, which routes them.
+// kubeadm's preflight asks for the same setting; vmlane sets it rather than
+// have every VM's traffic die at the bridge when a node image lacks it. It
+// never turns forwarding off (other software on the node may rely on it).
+func ensureForwarding(subnet netip.Prefix, log *slog.Logger) error {
+	path := "/proc/sys/net/ipv4/ip_forward"
+	if subnet.Addr().Is6() {
+		path = "/proc/sys/net/ipv6/conf/all/forwarding"
+	}
+	cur, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", path, err)
+	}
+	if strings.TrimSpace(string(cur)) == "1" {
+		return nil
+	}
+	if err := os.WriteFile(path, []byte("1\n"), 0o644); err != nil {
+		return fmt.Errorf("enabling IP forwarding (%s): %w", path, err)
+	}
+	log.Info("enabled IP forwarding", "sysctl", path)
+	return nil
 }
