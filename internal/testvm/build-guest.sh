@@ -9,6 +9,7 @@
 #   OUTDIR/vmlinux      the same kernel as a plain ELF, for faster PVH boot
 #                       (absent if it could not be extracted; vmlinuz works too)
 #   OUTDIR/initrd.img   gzip'd cpio newc: busybox-static, virtio-net modules, /init
+#                       and the CGI /www/cgi-bin/whoami
 #   OUTDIR/.stamp       the build key; written last, so its presence means "complete"
 #
 # The key (printed on stdout; with --print-dir the absolute OUTDIR is printed
@@ -257,7 +258,7 @@ while read -r applet; do
 	[[ $applet == */* && ! -d $root/${applet%/*} ]] && mkdir -p "$root/${applet%/*}"
 	ln -s /bin/busybox "$root/$applet"
 done < <(/bin/busybox --list-full)
-for tool in ip udhcpc ping insmod poweroff; do
+for tool in ip udhcpc ping insmod poweroff httpd wget timeout stty; do
 	[[ -e $root/bin/$tool || -e $root/sbin/$tool || -e $root/usr/bin/$tool || -e $root/usr/sbin/$tool ]] ||
 		die "busybox-static has no $tool applet"
 done
@@ -265,6 +266,8 @@ cp "$kdir"/modules/*.ko "$root/lib/modules/" 2>/dev/null || true
 cp "$kdir/modules.order" "$root/lib/modules/modules.order"
 install -m 0755 "$here/guest/init" "$root/init"
 install -m 0755 "$here/guest/udhcpc.script" "$root/etc/udhcpc.script"
+# A held guest serves this CGI with busybox httpd -h /www.
+install -D -m 0755 "$here/guest/whoami" "$root/www/cgi-bin/whoami"
 echo "$key" >"$root/etc/vmlane-guest"
 
 # Reproducible archive: fixed mtimes, sorted names, no owner from the host.

@@ -57,7 +57,9 @@ type Config struct {
 	// PingCount is the number of echo requests per target (default 3).
 	PingCount int
 	// Hold keeps the guest running after its pings, answering pings from
-	// others, until [VM.Stop] or the context or Timeout ends it.
+	// others, serving http://IP/cgi-bin/whoami and taking commands
+	// ([VM.Ping], [VM.Fetch]), until [VM.Stop] or the context or Timeout
+	// ends it.
 	Hold bool
 	// Timeout bounds the whole run, Hold or not (default 2 minutes).
 	Timeout time.Duration

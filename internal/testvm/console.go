@@ -23,8 +23,9 @@ const (
 	kindDHCP  = "DHCP"  // one udhcpc event, with the lease on bound/renew
 	kindPing  = "PING"  // target ok|fail sent recv
 	kindError = "ERROR" // msg
-	kindHold  = "HOLD"  // pings done, staying up
+	kindHold  = "HOLD"  // pings done, staying up, reading commands
 	kindDone  = "DONE"  // errors uptime, just before poweroff
+	kindReply = "REPLY" // id ok|fail and the command's fields (command.go)
 )
 
 // event is one parsed console report.
@@ -136,11 +137,15 @@ type Route struct {
 	Gateway netip.Addr
 }
 
-// PingResult is a VMLANE-PING report.
+// PingResult is a VMLANE-PING report, or the answer to [VM.Ping].
 type PingResult struct {
-	Target     string
+	Target string
+	// OK is busybox ping's verdict: at least one echo reply came back.
 	OK         bool
 	Sent, Recv int
+	// RTT is the average round-trip time, 0 if unknown (no reply, or a
+	// guest too old to report it).
+	RTT time.Duration
 }
 
 // Ping returns the result for target, ok false if it was not pinged.
@@ -179,6 +184,8 @@ func (r *Result) apply(ev event, at time.Duration) {
 	case kindDone:
 		r.Done, r.DoneAfter = true, at
 		r.Uptime, err = parseUptime(ev.fields["uptime"])
+	case kindReply:
+		// Answers to commands: the VM keeps them by id (VM.line).
 	default:
 		err = fmt.Errorf("unknown report kind")
 	}
@@ -266,8 +273,58 @@ func parsePing(ev event) (PingResult, error) {
 	if p.Sent, err = parseOptInt(ev.fields["sent"]); err != nil {
 		return p, err
 	}
-	p.Recv, err = parseOptInt(ev.fields["recv"])
+	if p.Recv, err = parseOptInt(ev.fields["recv"]); err != nil {
+		return p, err
+	}
+	p.RTT, err = parseMillis(ev.fields["rtt"])
 	return p, err
+}
+
+// parseMillis parses busybox ping's "0.123" milliseconds; empty gives 0.
+func parseMillis(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	ms, err := strconv.ParseFloat(s, 64)
+	if err != nil || !(ms >= 0 && ms <= 1e9) { // NaN fails both
+		return 0, fmt.Errorf("bad rtt %q", s)
+	}
+	return time.Duration(ms * float64(time.Millisecond)), nil
+}
+
+// reply is a VMLANE-REPLY: the guest's answer to the command with its id.
+type reply struct {
+	id string
+	ok bool
+	ev event // the whole report, for the command's own fields
+}
+
+// parseReply checks a VMLANE-REPLY for its id and verdict.
+func parseReply(ev event) (reply, error) {
+	r := reply{id: ev.fields["id"], ev: ev}
+	if r.id == "" {
+		return r, fmt.Errorf("reply without id")
+	}
+	switch {
+	case slices.Equal(ev.words, []string{"ok"}):
+		r.ok = true
+	case slices.Equal(ev.words, []string{"fail"}):
+	default:
+		return r, fmt.Errorf("reply words %q, want ok or fail", ev.words)
+	}
+	return r, nil
+}
+
+// message is the reason a failed reply gives, spaces restored.
+func (r reply) message() string {
+	msg := r.ev.fields["msg"]
+	if msg == "" {
+		msg = r.ev.fields["body"]
+	}
+	if msg == "" {
+		msg = "no reason given"
+	}
+	return strings.ReplaceAll(msg, "_", " ")
 }
 
 // parseUptime parses /proc/uptime's "12.34" seconds.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -66,8 +67,8 @@ func TestResultApply(t *testing.T) {
 			lines: []string{
 				"VMLANE-NET iface=eth0 mac=52:54:00:12:34:56 ip=10.99.0.2/24 gw=10.99.0.1 mode=static",
 				"VMLANE-READY uptime=2.39",
-				"VMLANE-PING target=10.99.0.1 ok sent=3 recv=3",
-				"VMLANE-PING target=10.99.0.9 fail sent=3 recv=0",
+				"VMLANE-PING target=10.99.0.1 ok sent=3 recv=3 rtt=0.512",
+				"VMLANE-PING target=10.99.0.9 fail sent=3 recv=0 rtt=",
 				"VMLANE-DONE errors=0 uptime=2.92",
 			},
 			want: Result{
@@ -79,7 +80,7 @@ func TestResultApply(t *testing.T) {
 					Mode:    ModeStatic,
 				},
 				Pings: []PingResult{
-					{Target: "10.99.0.1", OK: true, Sent: 3, Recv: 3},
+					{Target: "10.99.0.1", OK: true, Sent: 3, Recv: 3, RTT: 512 * time.Microsecond},
 					{Target: "10.99.0.9", Sent: 3},
 				},
 				Ready:      true,
@@ -134,6 +135,7 @@ func TestResultApply(t *testing.T) {
 				"VMLANE-ERROR msg=udhcpc_got_no_lease",
 				"VMLANE-NET iface=eth0 mac=52:54:00:12:34:56 ip= gw= mode=dhcp",
 				"VMLANE-HOLD uptime=3.5",
+				"VMLANE-REPLY id=c1 ok body=x", // the VM's business, not the Result's
 			},
 			want: Result{
 				Errors: []string{"guest: udhcpc got no lease"},
@@ -146,18 +148,20 @@ func TestResultApply(t *testing.T) {
 			name: "unparsable reports become errors",
 			lines: []string{
 				"VMLANE-PING target=10.0.0.1 maybe",
+				"VMLANE-PING target=10.0.0.2 ok rtt=-1",
 				"VMLANE-WHAT x=1",
 				"VMLANE-DONE uptime=soon",
 			},
 			want: Result{
-				Pings: []PingResult{{Target: "10.0.0.1"}},
+				Pings: []PingResult{{Target: "10.0.0.1"}, {Target: "10.0.0.2", OK: true}},
 				Errors: []string{
 					`parsing "VMLANE-PING maybe target=10.0.0.1": unknown word "maybe"`,
+					`parsing "VMLANE-PING ok rtt=-1 target=10.0.0.2": bad rtt "-1"`,
 					`parsing "VMLANE-WHAT x=1": unknown report kind`,
 					`parsing "VMLANE-DONE uptime=soon": bad uptime "soon"`,
 				},
 				Done:      true,
-				DoneAfter: 3 * time.Second,
+				DoneAfter: 4 * time.Second,
 			},
 		},
 	}
@@ -210,4 +214,37 @@ func FuzzParseLine(f *testing.F) {
 		var r Result
 		r.apply(ev, time.Second)
 	})
+}
+
+func TestParseReply(t *testing.T) {
+	tests := []struct {
+		line    string
+		want    reply // ev aside
+		wantMsg string
+		wantErr string
+	}{
+		{line: "VMLANE-REPLY id=c1 ok target=10.0.0.1 sent=3 recv=3 rtt=0.4", want: reply{id: "c1", ok: true}, wantMsg: "no reason given"},
+		{line: "VMLANE-REPLY id=c2 fail msg=unknown_command", want: reply{id: "c2"}, wantMsg: "unknown command"},
+		{line: "VMLANE-REPLY id=c3 fail body=connection_refused", want: reply{id: "c3"}, wantMsg: "connection refused"},
+		{line: "VMLANE-REPLY ok body=x", wantErr: "reply without id"},
+		{line: "VMLANE-REPLY id=c4 body=x", wantErr: "want ok or fail"},
+		{line: "VMLANE-REPLY id=c5 ok fail", wantErr: "want ok or fail"},
+	}
+	for _, tt := range tests {
+		ev, ok := parseLine(tt.line)
+		if !ok {
+			t.Fatalf("parseLine(%q) found no report", tt.line)
+		}
+		got, err := parseReply(ev)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("parseReply(%q) error %v, want %q", tt.line, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || got.id != tt.want.id || got.ok != tt.want.ok || got.message() != tt.wantMsg {
+			t.Errorf("parseReply(%q) = id %q ok %v message %q, %v; want %+v, message %q",
+				tt.line, got.id, got.ok, got.message(), err, tt.want, tt.wantMsg)
+		}
+	}
 }

@@ -9,13 +9,19 @@ import (
 	"syscall"
 )
 
-// startProcess starts argv with its stdout as the returned console stream.
-func startProcess(argv []string) (io.Reader, process, fmt.Stringer, error) {
+// startProcess starts argv with its stdout as the returned console stream
+// and its stdin as the console's input.
+func startProcess(argv []string) (console io.Reader, input io.Writer, proc process, stderr fmt.Stringer, err error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
-	// QEMU reads the serial console's input from stdin: give it /dev/null.
-	cmd.Stdin = nil
-	stderr := &syncBuffer{}
-	cmd.Stderr = stderr
+	// QEMU's stdio chardev feeds stdin to the guest's serial port. The pipe
+	// stays open until Wait closes it, so the guest never sees an end of
+	// input.
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	errBuf := &syncBuffer{}
+	cmd.Stderr = errBuf
 	// If the test binary dies (a go test -timeout panic, say), take QEMU
 	// with it rather than leave it holding the TAP and the namespace.
 	// Pdeathsig follows the forking thread, not the process (golang/go#27505);
@@ -23,12 +29,14 @@ func startProcess(argv []string) (io.Reader, process, fmt.Stringer, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, nil, nil, err
+		in.Close()
+		return nil, nil, nil, nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, nil, nil, err
+		// Start closes the pipes it made when it fails.
+		return nil, nil, nil, nil, err
 	}
-	return stdout, cmdProcess{cmd}, stderr, nil
+	return stdout, in, cmdProcess{cmd}, errBuf, nil
 }
 
 // cmdProcess adapts a started *exec.Cmd to process.

@@ -35,13 +35,21 @@ type VM struct {
 
 	exited chan struct{} // closed once the console hit EOF and Wait returned
 
+	// cmd is a one-slot semaphore that runs a held guest's commands one
+	// at a time (a mutex that a context can give up on). Its holder may
+	// write input and use nextID.
+	cmd    chan struct{}
+	input  io.Writer // QEMU's stdin: the serial console's input
+	nextID int
+
 	mu       sync.Mutex
-	changed  chan struct{}   // guarded by mu: closed and replaced on each report
-	res      Result          // guarded by mu
-	console  strings.Builder // guarded by mu
-	stopped  bool            // guarded by mu: Stop asked for the kill
-	killedBy error           // guarded by mu: why watch killed QEMU
-	err      error           // guarded by mu: set before exited is closed
+	changed  chan struct{}    // guarded by mu: closed and replaced on each report
+	res      Result           // guarded by mu
+	console  strings.Builder  // guarded by mu
+	stopped  bool             // guarded by mu: Stop asked for the kill
+	killedBy error            // guarded by mu: why watch killed QEMU
+	err      error            // guarded by mu: set before exited is closed
+	replies  map[string]reply // guarded by mu: VMLANE-REPLY by id, until taken
 }
 
 // Run boots the guest with cfg and waits for it to power off. The error
@@ -72,24 +80,28 @@ func (g Guest) Start(ctx context.Context, cfg Config) (*VM, error) {
 		return nil, fmt.Errorf("testvm: %w (install qemu-system-x86, or run `make guest`, which does)", err)
 	}
 	start := time.Now()
-	console, proc, stderr, err := startProcess(g.command(cfg))
+	console, input, proc, stderr, err := startProcess(g.command(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("testvm: starting qemu: %w", err)
 	}
-	vm := newVM(cfg, start, console, proc, stderr)
+	vm := newVM(cfg, start, console, input, proc, stderr)
 	go vm.watch(ctx)
 	return vm, nil
 }
 
-// newVM starts reading the console of an already started process.
-func newVM(cfg Config, start time.Time, console io.Reader, proc process, stderr fmt.Stringer) *VM {
+// newVM starts reading the console of an already started process, whose
+// serial input is input.
+func newVM(cfg Config, start time.Time, console io.Reader, input io.Writer, proc process, stderr fmt.Stringer) *VM {
 	vm := &VM{
 		cfg:     cfg,
 		start:   start,
 		proc:    proc,
 		stderr:  stderr,
 		exited:  make(chan struct{}),
+		cmd:     make(chan struct{}, 1),
+		input:   input,
 		changed: make(chan struct{}),
+		replies: map[string]reply{},
 	}
 	go vm.read(console)
 	return vm
@@ -127,6 +139,13 @@ func (vm *VM) line(line string) {
 	vm.mu.Lock()
 	if vm.console.Len() < maxConsole {
 		vm.console.WriteString(line + "\n")
+	}
+	if ok && ev.kind == kindReply {
+		if r, err := parseReply(ev); err != nil {
+			vm.res.Errors = append(vm.res.Errors, fmt.Sprintf("parsing %q: %v", ev.String(), err))
+		} else {
+			vm.replies[r.id] = r
+		}
 	}
 	if ok {
 		vm.res.apply(ev, at)
@@ -195,7 +214,8 @@ func (vm *VM) Ready(ctx context.Context) (*Result, error) {
 	return vm.WaitFor(ctx, "VMLANE-READY", func(r *Result) bool { return r.Ready })
 }
 
-// Held waits until a Hold guest has finished its own pings (VMLANE-HOLD).
+// Held waits until a Hold guest has finished its own pings (VMLANE-HOLD);
+// from then on it takes commands ([VM.Ping], [VM.Fetch]).
 func (vm *VM) Held(ctx context.Context) (*Result, error) {
 	return vm.WaitFor(ctx, "VMLANE-HOLD", func(r *Result) bool { return r.Held })
 }

@@ -1,6 +1,7 @@
 package testvm
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -10,11 +11,13 @@ import (
 	"time"
 )
 
-// fakeQEMU stands in for the QEMU process: the test writes its console and
-// decides how it exits.
+// fakeQEMU stands in for the QEMU process: the test writes its console,
+// reads the console input the VM sends, and decides how it exits.
 type fakeQEMU struct {
 	console *io.PipeWriter
-	exit    chan error // Wait's result; buffered, sent once
+	input   *io.PipeReader // the VM writes its commands to the other end
+	inLines *bufio.Reader  // input, by line
+	exit    chan error     // Wait's result; buffered, sent once
 	once    sync.Once
 	kill    sync.Once
 	killed  chan struct{} // closed by the first Kill
@@ -32,6 +35,7 @@ func (p *fakeQEMU) Kill() error {
 func (p *fakeQEMU) end(err error) {
 	p.once.Do(func() {
 		p.console.Close()
+		p.input.CloseWithError(errors.New("write |1: broken pipe"))
 		p.exit <- err
 	})
 }
@@ -58,8 +62,9 @@ func startFake(t *testing.T, ctx context.Context, cfg Config) (*VM, *fakeQEMU) {
 		t.Fatal(err)
 	}
 	r, w := io.Pipe()
-	p := &fakeQEMU{console: w, exit: make(chan error, 1), killed: make(chan struct{})}
-	vm := newVM(cfg, time.Now(), r, p, stringer("qemu: some warning"))
+	ir, iw := io.Pipe()
+	p := &fakeQEMU{console: w, input: ir, inLines: bufio.NewReader(ir), exit: make(chan error, 1), killed: make(chan struct{})}
+	vm := newVM(cfg, time.Now(), r, iw, p, stringer("qemu: some warning"))
 	go vm.watch(ctx)
 	t.Cleanup(func() { p.Kill() })
 	return vm, p

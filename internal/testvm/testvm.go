@@ -7,7 +7,10 @@
 // build-guest.sh (make guest) into a cache directory named by the
 // VMLANE_GUEST_DIR environment variable. Its /init (guest/init) reads its
 // orders from the kernel command line and reports on the serial console in
-// VMLANE-* lines, which this package parses into a [Result].
+// VMLANE-* lines, which this package parses into a [Result]. A guest
+// started with Config.Hold stays up once done and takes commands on its
+// serial console: [VM.Ping] and [VM.Fetch] run ping and wget inside it, and
+// its httpd tells clients the address it sees them come from.
 //
 // QEMU runs with TCG (no KVM), so expect a few seconds per boot. The TAP
 // device and the network namespace it lives in belong to the caller; this

@@ -42,7 +42,8 @@ func newNetNS(t *testing.T) string {
 	return netnstest.New(t, "tvm").Name
 }
 
-// addTap creates a TAP device in ns with address cidr and brings it up.
+// addTap creates a TAP device in ns with address cidr (none if empty) and
+// brings it up.
 // It asks for vnet_hdr, as a CNI plugin would for virtio offloads, and
 // does without where the kernel or iproute2 lacks it.
 func addTap(t *testing.T, ns, dev, cidr string) {
@@ -50,7 +51,9 @@ func addTap(t *testing.T, ns, dev, cidr string) {
 	if err := exec.Command("ip", "-n", ns, "tuntap", "add", "dev", dev, "mode", "tap", "vnet_hdr").Run(); err != nil {
 		ip(t, "-n", ns, "tuntap", "add", "dev", dev, "mode", "tap")
 	}
-	ip(t, "-n", ns, "addr", "add", cidr, "dev", dev)
+	if cidr != "" {
+		ip(t, "-n", ns, "addr", "add", cidr, "dev", dev)
+	}
 	ip(t, "-n", ns, "link", "set", dev, "up")
 }
 
@@ -252,4 +255,62 @@ func startUdhcpd(t *testing.T, ns, conf string) {
 			t.Logf("udhcpd:\n%s", out.String())
 		}
 	})
+}
+
+// TestGuestCommands checks what e2e tests do with held guests once all are
+// up: guest A pings guest B and fetches B's whoami CGI, which must name A's
+// address. Both sit on a bridge in one namespace.
+func TestGuestCommands(t *testing.T) {
+	g := requireGuest(t)
+	ns := newNetNS(t)
+	ip(t, "-n", ns, "link", "add", "br0", "type", "bridge")
+	ip(t, "-n", ns, "addr", "add", "10.99.0.1/24", "dev", "br0")
+	ip(t, "-n", ns, "link", "set", "br0", "up")
+	start := func(tap, addr string) *VM {
+		t.Helper()
+		addTap(t, ns, tap, "")
+		ip(t, "-n", ns, "link", "set", tap, "master", "br0")
+		vm, err := g.Start(t.Context(), Config{
+			NetNS: ns, Tap: tap, IP: addr, Gateway: "10.99.0.1", PingCount: 1, Hold: true, Timeout: 90 * time.Second,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if res, _ := vm.Stop(); t.Failed() {
+				t.Logf("console of %s:\n%s", addr, res.Console)
+			}
+		})
+		return vm
+	}
+	a := start("tap0", "10.99.0.2/24")
+	b := start("tap1", "10.99.0.3/24")
+	for _, vm := range []*VM{a, b} {
+		res, err := vm.Held(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The boot-time ping of the gateway reports its round trip too.
+		if p, ok := res.Ping("10.99.0.1"); !ok || !p.OK || p.RTT <= 0 {
+			t.Errorf("boot ping of the gateway: %+v (reported %v), want ok with an rtt", p, ok)
+		}
+	}
+
+	began := time.Now()
+	p, err := a.Ping(t.Context(), "10.99.0.3", 2)
+	if err != nil || !p.OK || p.Recv == 0 || p.RTT <= 0 {
+		t.Errorf("A pings B: %+v, %v; want ok with an rtt", p, err)
+	}
+	pinged := time.Now()
+	who, err := a.Fetch(t.Context(), "http://10.99.0.3/cgi-bin/whoami")
+	if err != nil || who != "10.99.0.2" {
+		t.Errorf("A fetches B's whoami: %q, %v; want A's address 10.99.0.2", who, err)
+	}
+	fetched := time.Now()
+	if _, err := a.Fetch(t.Context(), "http://10.99.0.3/nope"); err == nil || !strings.Contains(err.Error(), "404") {
+		t.Errorf("A fetches a missing page: %v, want a 404 error", err)
+	}
+	t.Logf("ping %v (rtt %v), fetch %v, failed fetch %v",
+		pinged.Sub(began).Round(time.Millisecond), p.RTT, fetched.Sub(pinged).Round(time.Millisecond),
+		time.Since(fetched).Round(time.Millisecond))
 }
