@@ -1,23 +1,28 @@
 #!/usr/bin/env bash
 # build.sh [--print-dir] CACHE_DIR
 #
-# Builds a real kube-apiserver and etcd for vmlane's integration tests, from
-# source fetched through the Go module proxy (no release tarballs, no
-# images), into
+# Builds a real kube-apiserver, etcd and kubectl for vmlane's integration
+# and e2e tests, from source fetched through the Go module proxy (no release
+# tarballs, no images), into
 #
 #   CACHE_DIR/<kubernetes version>/kube-apiserver
+#   CACHE_DIR/<kubernetes version>/kubectl       (Debian 12 has no kubectl
+#                                                package; the e2e suite
+#                                                applies manifests/ with it)
 #   CACHE_DIR/<kubernetes version>/etcd
 #   CACHE_DIR/<kubernetes version>/versions.env  what was built, and the
 #                                                client-go/api/apimachinery
 #                                                versions that match it
 #   CACHE_DIR/<kubernetes version>/.stamp        written last: "complete"
 #
-# kube-apiserver comes from k8s.io/kubernetes, which is not meant to be used
-# as a module: its go.mod points every k8s.io staging module at
+# kube-apiserver and kubectl come from k8s.io/kubernetes, which is not meant
+# to be used as a module: its go.mod points every k8s.io staging module at
 # ./staging/src/..., and those replace directives are ignored when it is a
 # dependency. So a scratch module (CACHE_DIR/src/, generated here) requires
 # it and replaces each staging module it names with the published
-# k8s.io/NAME v0.<minor>.<patch>, which is the same code. etcd comes from
+# k8s.io/NAME v0.<minor>.<patch>, which is the same code. Both binaries are
+# tools of that one module, so they share its dependency resolution and are
+# exactly the release's kube-apiserver and kubectl. etcd comes from
 # go.etcd.io/etcd/server/v3, whose root package is the etcd binary's main,
 # at the version kubernetes itself tests against (hack/lib/etcd.sh), in a
 # scratch module of its own so that its dependencies are resolved as etcd's
@@ -27,7 +32,8 @@
 # absolute output directory, for VMLANE_CONTROLPLANE_DIR=$(... --print-dir
 # DIR). Progress goes to stderr. A second run with the binaries present
 # returns at once without running go. Expect about 5 minutes cold on two
-# cores, mostly compiling kube-apiserver.
+# cores, mostly compiling kube-apiserver; kubectl then reuses most of its
+# packages from the build cache.
 #
 # Environment:
 #   VMLANE_KUBERNETES_VERSION  k8s.io/kubernetes version (default below)
@@ -41,9 +47,10 @@ set -euo pipefail
 # builds this way. The main module's k8s.io/client-go must be
 # v0.<minor>.<patch> of the same release (versions.env says which).
 default_kubernetes_version=v1.37.2
-# Bump when the way the binaries are built changes (flags, ldflags), so that
-# caches of an older recipe are rebuilt.
-recipe=1
+# Bump when the way the binaries are built changes (flags, ldflags, which
+# binaries), so that caches of an older recipe are rebuilt.
+# 2: kubectl added.
+recipe=2
 
 print_dir=0
 if [[ ${1:-} == --print-dir ]]; then
@@ -83,7 +90,7 @@ result() {
 # up_to_date reports whether $out holds a complete build of this recipe
 # (and of VMLANE_ETCD_VERSION, when that is set).
 up_to_date() {
-	[[ -f $out/.stamp && -x $out/kube-apiserver && -x $out/etcd ]] || return 1
+	[[ -f $out/.stamp && -x $out/kube-apiserver && -x $out/kubectl && -x $out/etcd ]] || return 1
 	local stamp
 	stamp=$(<"$out/.stamp")
 	[[ $stamp == "kubernetes=$kv "* && $stamp == *" recipe=$recipe" ]] || return 1
@@ -161,7 +168,7 @@ gomod_directives() {
 	sed -n '/^godebug (/,/^)/p' "$1"
 }
 
-# --- kube-apiserver ---------------------------------------------------------
+# --- kube-apiserver and kubectl ---------------------------------------------
 log "kubernetes $kv: downloading k8s.io/kubernetes"
 kdir=$(download "k8s.io/kubernetes@$kv")
 # The staging modules are the ones kubernetes replaces with ./staging/src.
@@ -181,6 +188,7 @@ mkdir -p "$ksrc"
 	echo "require k8s.io/kubernetes $kv"
 	echo
 	echo "tool k8s.io/kubernetes/cmd/kube-apiserver"
+	echo "tool k8s.io/kubernetes/cmd/kubectl"
 	echo
 	echo "replace ("
 	for m in "${staging[@]}"; do
@@ -196,13 +204,15 @@ log "kubernetes $kv: dependencies resolved in $((SECONDS - t0))s"
 
 # What `kubectl version` and /version report, as hack/lib/version.sh sets
 # it; without it the server calls itself v0.0.0-master and its emulation
-# version logic complains.
+# version logic complains, and kubectl's version skew warning compares
+# against v0.0.0.
 ldflags="-s -w"
 for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 	ldflags+=" -X $pkg.gitVersion=$kv -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
 	ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 done
 (cd "$ksrc" && gobuild kube-apiserver "$out/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver -ldflags "$ldflags")
+(cd "$ksrc" && gobuild kubectl "$out/kubectl" k8s.io/kubernetes/cmd/kubectl -ldflags "$ldflags")
 
 # --- etcd -----------------------------------------------------------------
 ev=${VMLANE_ETCD_VERSION:-}
@@ -245,6 +255,7 @@ log "etcd $ev: dependencies resolved in $((SECONDS - t0))s"
 	echo "GO_VERSION=$(go env GOVERSION)"
 } >"$out/versions.env"
 "$out/kube-apiserver" --version >&2
+"$out/kubectl" version --client >&2
 "$out/etcd" --version >&2
 echo "kubernetes=$kv etcd=$ev recipe=$recipe" >"$out/.stamp.tmp"
 mv -f "$out/.stamp.tmp" "$out/.stamp"

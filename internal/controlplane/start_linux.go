@@ -206,6 +206,9 @@ func (cp *ControlPlane) apiserverArgs() []string {
 		"--tls-private-key-file=" + f(servingKey),
 		"--token-auth-file=" + f(tokenFile),
 		"--authorization-mode=RBAC",
+		// As kubeadm and every managed cluster set it: node agents (CNI
+		// DaemonSets among them) need a privileged container or two.
+		"--allow-privileged=true",
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file=" + f(saPubFile),
 		"--service-account-signing-key-file=" + f(saKeyFile),
