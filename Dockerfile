@@ -1,0 +1,88 @@
+# syntax=docker/dockerfile:1
+#
+# The vmlane image, used by manifests/ (ghcr.io/vmlane/vmlane): vmlaned, the
+# DaemonSet's process; vmlane, the CNI plugin, which the install-cni init
+# container copies onto the node; vmlanectl, for
+# `kubectl -n vmlane-system exec ds/vmlane -- vmlanectl leases`.
+#
+#   docker build -t ghcr.io/vmlane/vmlane:dev .
+#   docker buildx build --platform linux/amd64,linux/arm64 \
+#     --build-arg VERSION=v0.1.0 -t ghcr.io/vmlane/vmlane:v0.1.0 --push .
+#
+# BuildKit (the default builder since Docker 23) is needed for the cache
+# mounts and the inline entrypoint below.
+
+# Go of go.mod's `go` line or newer.
+ARG GO_VERSION=1.26
+
+# Built on the build machine's platform and cross-compiled: no emulation.
+FROM --platform=$BUILDPLATFORM golang:${GO_VERSION}-bookworm AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN --mount=type=cache,target=/go/pkg/mod go mod download
+COPY . .
+ARG TARGETOS
+ARG TARGETARCH
+ARG VERSION=dev
+# CGO off, so all three are static: the plugin runs on the node itself,
+# under whatever libc (if any) the node has, not in this image.
+RUN --mount=type=cache,target=/go/pkg/mod \
+    --mount=type=cache,target=/root/.cache/go-build \
+    CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
+    go build -trimpath -buildvcs=false -ldflags "-s -w -X main.version=$VERSION" \
+        -o /out/ ./cmd/vmlane ./cmd/vmlaned ./cmd/vmlanectl
+
+# Not distroless: vmlaned's iptables rules go through the iptables command
+# (coreos/go-iptables execs it), and the init containers need a shell.
+# Debian 12's iptables 1.8.9 has both backends, nft and legacy; iproute2 is
+# for looking around (`ip route show proto 77`), vmlaned itself uses
+# netlink.
+FROM debian:12-slim
+RUN apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends iptables iproute2 \
+    && rm -rf /var/lib/apt/lists/*
+
+# The entrypoint points iptables and ip6tables at the backend whose rules
+# the node already has, then execs its arguments. The two backends are
+# separate rule sets in the kernel, and a rule added with one runs after
+# every rule of the other whatever its position, so vmlane's rules must go
+# where the kubelet's and kube-proxy's are. The detection is the one of
+# kubernetes-sigs/iptables-wrappers (used by kube-proxy's image): since
+# Kubernetes 1.17 the kubelet makes KUBE-IPTABLES-HINT or
+# KUBE-KUBELET-CANARY in the mangle table of the backend the node uses;
+# nft if neither backend has one. VMLANE_IPTABLES_MODE=nft or legacy skips
+# the detection.
+COPY --chmod=0755 <<'EOF' /usr/local/bin/vmlane-entrypoint
+#!/bin/sh
+set -eu
+mode=${VMLANE_IPTABLES_MODE:-auto}
+hint='^:(KUBE-IPTABLES-HINT|KUBE-KUBELET-CANARY)'
+if [ "$mode" = auto ]; then
+	mode=nft
+	if iptables-nft-save -t mangle 2>/dev/null | grep -Eq "$hint" ||
+		ip6tables-nft-save -t mangle 2>/dev/null | grep -Eq "$hint"; then
+		mode=nft
+	# All tables, not -t mangle: naming a legacy table makes the kernel
+	# create it.
+	elif iptables-legacy-save 2>/dev/null | grep -Eq "$hint" ||
+		ip6tables-legacy-save 2>/dev/null | grep -Eq "$hint"; then
+		mode=legacy
+	fi
+fi
+case $mode in
+nft | legacy) ;;
+*)
+	echo "vmlane-entrypoint: invalid VMLANE_IPTABLES_MODE=$mode: want auto, nft or legacy" >&2
+	exit 2
+	;;
+esac
+for cmd in iptables ip6tables; do
+	update-alternatives --quiet --set "$cmd" "/usr/sbin/$cmd-$mode"
+done
+echo "vmlane-entrypoint: iptables backend: $mode" >&2
+exec "$@"
+EOF
+
+COPY --from=build /out/ /usr/local/bin/
+ENTRYPOINT ["/usr/local/bin/vmlane-entrypoint"]
+CMD ["vmlaned"]

@@ -1,0 +1,99 @@
+#!/bin/sh
+# Install vmlaned (and vmlanectl) on a macOS node and start it under launchd.
+#
+#   sudo ./install.sh --kubeconfig ./node.kubeconfig [--node-name NAME] \
+#        [--bin DIR] [-- VMLANED-FLAGS...]
+#   sudo ./install.sh --uninstall
+#
+# --kubeconfig  kubeconfig vmlaned uses (it runs outside the cluster); copied
+#               to /etc/vmlane/kubeconfig, mode 0600
+# --node-name   the node's name as the kubelet registered it (default: this
+#               Mac's LocalHostName, lowercased, as the kubelet defaults it)
+# --bin DIR     folder holding the darwin vmlaned and vmlanectl binaries
+#               (default: the folder of this script, then ./bin)
+# after --      more vmlaned flags, e.g. --cluster-cidr 10.244.0.0/16
+#
+# The binaries go to /usr/local/bin, the daemon's plist to
+# /Library/LaunchDaemons/dev.vmlane.vmlaned.plist, its log to
+# /var/log/vmlaned.log (rotated by newsyslog). Running it again upgrades:
+# the old daemon is booted out and the new one bootstrapped. --uninstall
+# stops the daemon, runs `vmlanectl teardown` and removes what this script
+# installed.
+set -eu
+
+LABEL=dev.vmlane.vmlaned
+PLIST=/Library/LaunchDaemons/$LABEL.plist
+PREFIX=/usr/local/bin
+CONF=/etc/vmlane
+HERE=$(cd "$(dirname "$0")" && pwd)
+
+die() { echo "install.sh: $*" >&2; exit 1; }
+
+[ "$(uname -s)" = Darwin ] || die "this installs vmlane on macOS; Linux nodes use the DaemonSet"
+[ "$(id -u)" = 0 ] || die "run as root (sudo): vmlaned is a system daemon"
+
+kubeconfig='' node='' bin='' uninstall=''
+while [ $# -gt 0 ]; do
+	case $1 in
+	--kubeconfig) kubeconfig=${2:?--kubeconfig needs a file}; shift 2 ;;
+	--node-name) node=${2:?--node-name needs a name}; shift 2 ;;
+	--bin) bin=${2:?--bin needs a folder}; shift 2 ;;
+	--uninstall) uninstall=1; shift ;;
+	--) shift; break ;;
+	*) die "unknown argument $1 (vmlaned flags go after --)" ;;
+	esac
+done
+
+if [ -n "$uninstall" ]; then
+	launchctl bootout system/$LABEL 2>/dev/null || true
+	if [ -x $PREFIX/vmlanectl ]; then
+		$PREFIX/vmlanectl teardown || echo "install.sh: teardown reported errors; see above" >&2
+	fi
+	rm -f "$PLIST" $PREFIX/vmlaned $PREFIX/vmlanectl /etc/newsyslog.d/vmlaned.conf
+	rm -rf "$CONF"
+	echo "vmlane removed (the log /var/log/vmlaned.log is kept)"
+	exit 0
+fi
+
+[ -n "$kubeconfig" ] || die "--kubeconfig is required"
+[ -r "$kubeconfig" ] || die "cannot read $kubeconfig"
+if [ -z "$node" ]; then
+	node=$(scutil --get LocalHostName | tr '[:upper:]' '[:lower:]')
+fi
+if [ -z "$bin" ]; then
+	if [ -x "$HERE/vmlaned" ]; then bin=$HERE; else bin=./bin; fi
+fi
+for b in vmlaned vmlanectl; do
+	[ -x "$bin/$b" ] || die "no $bin/$b (build it with: GOOS=darwin GOARCH=$(uname -m | sed s/x86_64/amd64/) go build -o $bin/ ./cmd/$b)"
+	file "$bin/$b" | grep -q Mach-O || die "$bin/$b is not a macOS binary"
+done
+
+install -d -m 0755 $PREFIX
+install -m 0755 "$bin/vmlaned" "$bin/vmlanectl" $PREFIX/
+install -d -m 0700 "$CONF"
+install -m 0600 "$kubeconfig" "$CONF/kubeconfig"
+
+# The plist: the template with the node name, and the command line as one
+# JSON array (plutil writes the XML, escaping included).
+json_str() { printf '"%s"' "$(printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g')"; }
+args="$(json_str $PREFIX/vmlaned),$(json_str --kubeconfig),$(json_str "$CONF/kubeconfig")"
+for arg in "$@"; do
+	args="$args,$(json_str "$arg")"
+done
+tmp=$(mktemp /tmp/$LABEL.XXXXXX)
+trap 'rm -f "$tmp"' EXIT
+cp "$HERE/$LABEL.plist" "$tmp"
+plutil -replace EnvironmentVariables.NODE_NAME -string "$node" "$tmp"
+plutil -replace ProgramArguments -json "[$args]" "$tmp"
+plutil -lint "$tmp" >/dev/null
+install -o root -g wheel -m 0644 "$tmp" "$PLIST"
+
+# Rotate the log at 10 MB, keeping 5 compressed copies.
+echo "/var/log/vmlaned.log	644	5	10240	*	GJ" >/etc/newsyslog.d/vmlaned.conf
+
+# bootout first so a second run replaces a running daemon with the new
+# binary and flags; enable in case someone disabled the label before.
+launchctl bootout system/$LABEL 2>/dev/null || true
+launchctl enable system/$LABEL
+launchctl bootstrap system "$PLIST"
+echo "vmlaned started for node $node; log: /var/log/vmlaned.log; health: curl 127.0.0.1:9465/readyz"
