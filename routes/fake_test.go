@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"syscall"
 )
 
 // fakeTable is a recording routeTable whose state prints as `ip route`
@@ -13,8 +14,10 @@ import (
 type fakeTable struct {
 	routes   map[netip.Prefix]KernelRoute
 	gateways map[netip.Addr]netip.Addr
-	calls    []string
-	failOn   string // a call prefix that fails
+	// noRoute lists next hops the kernel has no route to at all.
+	noRoute map[netip.Addr]bool
+	calls   []string
+	failOn  string // a call prefix that fails
 }
 
 func newFakeTable(lines ...string) *fakeTable {
@@ -63,6 +66,9 @@ func (f *fakeTable) Replace(dst netip.Prefix, via netip.Addr, proto int) error {
 	if f.failOn != "" && strings.HasPrefix(call, f.failOn) {
 		return fmt.Errorf("injected failure")
 	}
+	if f.noRoute[via] {
+		return syscall.ENETUNREACH
+	}
 	if f.gateways[via].IsValid() {
 		// As the kernel: a gateway must be on a connected subnet.
 		return fmt.Errorf("Nexthop has invalid gateway")
@@ -81,7 +87,14 @@ func (f *fakeTable) Delete(r KernelRoute) error {
 	return nil
 }
 
-func (f *fakeTable) Get(ip netip.Addr) (netip.Addr, error) { return f.gateways[ip], nil }
+// Get answers as `ip route get`: the gateway toward ip, or, for an
+// address in noRoute, "network is unreachable".
+func (f *fakeTable) Get(ip netip.Addr) (netip.Addr, error) {
+	if f.noRoute[ip] {
+		return netip.Addr{}, syscall.ENETUNREACH
+	}
+	return f.gateways[ip], nil
+}
 
 // String prints the table as sorted `ip route` lines.
 func (f *fakeTable) String() string {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"syscall"
 	"time"
 )
 
@@ -106,7 +107,13 @@ func Reconcile(t routeTable, want []Route, proto int) (Outcome, error) {
 		// a full sync of 5,000 routes then costs 5,000 netlink calls, not
 		// 10,000.
 		if err := t.Replace(r.Dst, r.Via, proto); err != nil {
-			if gw, gerr := t.Get(r.Via); gerr == nil && gw.IsValid() {
+			// Unreachable: the route to the next hop has a gateway, or
+			// there is no route to it at all (a node with no default
+			// route). Either is the cluster's layout, not a failure of
+			// this reconcile, which must not keep failing (and the
+			// health check with it) over one badly placed node.
+			gw, gerr := t.Get(r.Via)
+			if (gerr == nil && gw.IsValid()) || errors.Is(gerr, syscall.ENETUNREACH) || errors.Is(gerr, syscall.EHOSTUNREACH) {
 				out.Unreachable = append(out.Unreachable, r)
 				continue
 			}

@@ -111,6 +111,27 @@ func TestReconcile(t *testing.T) {
 	}
 }
 
+// TestReconcileNoRouteToNextHop: a next hop the kernel has no route to at
+// all (a node with no default route, a node on a foreign subnet) is
+// unreachable, like one behind a gateway: skipped and reported, not an
+// error that would fail every reconcile and, after three resyncs, the
+// health check.
+func TestReconcileNoRouteToNextHop(t *testing.T) {
+	table := newFakeTable()
+	table.noRoute = map[netip.Addr]bool{netip.MustParseAddr("172.31.0.9"): true}
+	want := []Route{
+		{Dst: netip.MustParsePrefix("10.244.1.0/24"), Via: netip.MustParseAddr("192.168.1.11")},
+		{Dst: netip.MustParsePrefix("10.244.7.0/24"), Via: netip.MustParseAddr("172.31.0.9")},
+	}
+	out, err := Reconcile(table, want, DefaultProtocol)
+	if err != nil {
+		t.Fatalf("reconcile failed over an unroutable next hop: %v", err)
+	}
+	if len(out.Installed) != 1 || len(out.Unreachable) != 1 || out.Unreachable[0].Via.String() != "172.31.0.9" {
+		t.Errorf("outcome %+v, want one installed and 172.31.0.9 unreachable", out)
+	}
+}
+
 func TestReconcileKeepsGoingAfterErrors(t *testing.T) {
 	table := newFakeTable("10.244.9.0/24 via 192.168.1.19 proto 77")
 	table.failOn = "replace 10.244.1.0/24"
