@@ -75,6 +75,27 @@ func Slim(ipAnnotation string) func(any) (any, error) {
 				s.Status.Addresses = append(s.Status.Addresses, a)
 			}
 		}
+		// NetworkUnavailable's status only (no timestamps, which would
+		// turn every heartbeat into an update): vmlaned keeps its own
+		// node's at False (see [NetworkAvailable]).
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeNetworkUnavailable {
+				s.Status.Conditions = []corev1.NodeCondition{{Type: c.Type, Status: c.Status}}
+			}
+		}
 		return s, nil
 	}
+}
+
+// NetworkAvailable reports whether n's NetworkUnavailable condition is
+// False: the network plugin has said the node's network is up. A node
+// created anew (deleted and registered again) has no such condition, or a
+// cloud controller's True, until the plugin sets it.
+func NetworkAvailable(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeNetworkUnavailable {
+			return c.Status == corev1.ConditionFalse
+		}
+	}
+	return false
 }

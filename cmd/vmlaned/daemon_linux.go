@@ -128,6 +128,24 @@ func run(ctx context.Context, c *config, log *slog.Logger) error {
 			log.Error("setting NetworkUnavailable=False", "err", err)
 		}
 		h.ready.Store(true)
+		// A Node deleted and registered again comes back without the
+		// condition (or with a cloud controller's True): set it again.
+		// The informer's cache has it, so the check costs no request.
+		t := time.NewTicker(c.Resync)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if n, err := ctrl.Node(c.NodeName); err == nil && !routes.NetworkAvailable(n) {
+				log.Info("node lost its NetworkUnavailable=False condition; setting it again", "node", c.NodeName)
+				if err := setNetworkAvailable(ctx, client, c.NodeName); err != nil {
+					log.Error("setting NetworkUnavailable=False", "err", err)
+				}
+			}
+		}
 	}()
 	return ctrl.Run(ctx)
 }
@@ -190,9 +208,7 @@ func setupNode(c *config, subnet netip.Prefix, log *slog.Logger) (int, error) {
 	if _, err := bridge.Ensure(c.Bridge, netip.PrefixFrom(gw, subnet.Bits()), mtu, plugin.DeriveMAC(gw)); err != nil {
 		return 0, fmt.Errorf("setting up bridge %s: %w", c.Bridge, err)
 	}
-	if err := ensureForwarding(subnet, log); err != nil {
-		return 0, err
-	}
+	ensureForwarding(subnet, log)
 	for _, vm := range []bool{false, true} {
 		p := conflistParams{Bridge: c.Bridge, Subnet: subnet, Gateway: gw, MTU: mtu, LeaseFile: c.LeaseFile,
 			LeaseTime: c.LeaseTime, DNS: c.DNS, Search: c.Search, Domain: c.Domain, VM: vm, Exclude: c.DHCPRangeText}
@@ -237,21 +253,33 @@ func setNetworkAvailable(ctx context.Context, client kubernetes.Interface, name 
 // kubeadm's preflight asks for the same setting; vmlane sets it rather than
 // have every VM's traffic die at the bridge when a node image lacks it. It
 // never turns forwarding off (other software on the node may rely on it).
-func ensureForwarding(subnet netip.Prefix, log *slog.Logger) error {
+//
+// A container that is not privileged sees /proc/sys read-only (the
+// DaemonSet's vmlaned is not privileged): there the setting is the node's
+// to make, and vmlaned says so loudly and carries on, since pods on this
+// node still reach each other and the node without it.
+func ensureForwarding(subnet netip.Prefix, log *slog.Logger) {
 	path := "/proc/sys/net/ipv4/ip_forward"
 	if subnet.Addr().Is6() {
 		path = "/proc/sys/net/ipv6/conf/all/forwarding"
 	}
 	cur, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("reading %s: %w", path, err)
+		log.Error("cannot read the IP forwarding setting; pods may not reach other nodes", "sysctl", path, "err", err)
+		return
 	}
 	if strings.TrimSpace(string(cur)) == "1" {
-		return nil
+		return
 	}
 	if err := os.WriteFile(path, []byte("1\n"), 0o644); err != nil {
-		return fmt.Errorf("enabling IP forwarding (%s): %w", path, err)
+		log.Error("IP forwarding is off and vmlaned cannot turn it on: pods cannot reach other nodes or the outside; set it on the node (sysctl -w "+sysctlName(path)+"=1)",
+			"sysctl", path, "err", err)
+		return
 	}
 	log.Info("enabled IP forwarding", "sysctl", path)
-	return nil
+}
+
+// sysctlName turns /proc/sys/net/ipv4/ip_forward into net.ipv4.ip_forward.
+func sysctlName(path string) string {
+	return strings.ReplaceAll(strings.TrimPrefix(path, "/proc/sys/"), "/", ".")
 }
