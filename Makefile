@@ -18,7 +18,7 @@ export GOFLAGS ?= -buildvcs=false
 CNI_PLUGINS_VERSION = $(shell $(GO) list -m -f '{{.Version}}' github.com/containernetworking/plugins)
 CNI_PLUGINS_DIR     = $(CACHE)/cni-plugins/$(CNI_PLUGINS_VERSION)
 
-.PHONY: all build test deps lint unit fuzz darwin bench guest controlplane cni-reference clean distclean
+.PHONY: all build test deps lint unit e2e fuzz darwin bench demo demo-down guest controlplane cni-reference clean distclean
 
 all: build
 
@@ -46,14 +46,37 @@ guest: deps
 controlplane:
 	@bash internal/controlplane/build.sh $(CACHE)/controlplane
 
-## test: everything CI runs: lint, unit + privileged tests, fuzz, darwin build
-test: deps guest controlplane build lint unit fuzz darwin
+## test: everything CI runs: lint, unit + privileged tests, e2e, fuzz, darwin build
+test: deps guest controlplane build lint unit e2e fuzz darwin
 	@echo "make test: all passed"
+
+# The environment every privileged test and the demo find their inputs by.
+TEST_ENV = VMLANE_PRIVILEGED=require VMLANE_BIN_DIR=$(BIN) \
+	VMLANE_GUEST_DIR=$$(bash internal/testvm/build-guest.sh --print-dir $(CACHE)/guest) \
+	VMLANE_CONTROLPLANE_DIR=$$(bash internal/controlplane/build.sh --print-dir $(CACHE)/controlplane)
+
+## demo: a three-node cluster with VM pods, its account printed, torn down (KEEP=1 leaves it up)
+demo: deps guest controlplane build
+	@$(GO) build -o $(BIN)/vmlane-demo ./e2e/demo
+	@$(TEST_ENV) $(BIN)/vmlane-demo -bin $(BIN) -manifests manifests -state $(CACHE)/demo $(if $(KEEP),-keep)
+
+## demo-down: tear down the cluster `make demo KEEP=1` left running
+demo-down:
+	@pid=$$(cat $(CACHE)/demo/demo.pid 2>/dev/null) && kill -TERM $$pid 2>/dev/null || { echo "no demo running"; exit 0; }; \
+	for i in $$(seq 100); do kill -0 $$pid 2>/dev/null || break; sleep 0.2; done; \
+	rm -f $(CACHE)/demo/demo.pid; echo "demo torn down"
+
+## e2e: the multi-node end-to-end suite, with its total time
+e2e: deps guest controlplane build
+	@start=$$(date +%s); \
+	$(TEST_ENV) $(GO) test -tags e2e -count=1 -timeout 20m -v ./e2e/ 2>&1 | tee /tmp/vmlane-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|e2e:|    )' ; \
+	rc=$${PIPESTATUS[0]}; echo "e2e: $$(( $$(date +%s) - start ))s in all (log: /tmp/vmlane-e2e.log)"; exit $$rc
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags e2e ./e2e/...
 	@# leases must stay importable by VM runtimes without our other deps.
 	@deps=$$($(GO) list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' ./leases | grep -v '^github.com/vmlane/vmlane/leases$$' || true); \
 	if [ -n "$$deps" ]; then echo "leases imports non-stdlib packages: $$deps"; exit 1; fi
@@ -62,10 +85,7 @@ lint:
 # VMLANE_PRIVILEGED=require makes a privileged test fail rather than skip
 # when something it needs is missing.
 unit: build
-	VMLANE_PRIVILEGED=require VMLANE_BIN_DIR=$(BIN) \
-	VMLANE_GUEST_DIR=$$(bash internal/testvm/build-guest.sh --print-dir $(CACHE)/guest) \
-	VMLANE_CONTROLPLANE_DIR=$$(bash internal/controlplane/build.sh --print-dir $(CACHE)/controlplane) \
-		$(GO) test -race -count=1 ./...
+	$(TEST_ENV) $(GO) test -race -count=1 ./...
 
 ## fuzz: every fuzz target for FUZZTIME (default 10s) on top of its corpus
 fuzz:
@@ -77,16 +97,20 @@ fuzz:
 		done; \
 	done
 
-## darwin: the macOS build and vet
+## darwin: the macOS build and vet, and every package's tests compiled for macOS
 darwin:
 	GOOS=darwin $(GO) build ./...
 	GOOS=darwin $(GO) vet ./...
+	@# Test files run on Linux only where they are portable; _darwin_test
+	@# files and the darwin side of every package must still compile.
+	@for p in $$(GOOS=darwin $(GO) list ./...); do GOOS=darwin $(GO) test -c -o /dev/null $$p || exit 1; done
 
 ## bench: benchmark tables (lease store; CNI ADD/DEL against bridge+host-local; 5,000-node route sync)
 bench: deps build cni-reference controlplane
 	@mkdir -p $(CACHE)
 	set -o pipefail; $(GO) test -run '^$$' -bench . -benchtime 2s ./leases | tee $(CACHE)/bench-leases.txt | $(GO) run ./internal/benchtable
 	set -o pipefail; $(GO) run ./internal/cnibench -vmlane $(BIN)/vmlane -ref $(CNI_PLUGINS_DIR) | tee $(CACHE)/bench-cni.txt
+	set -o pipefail; $(GO) run ./internal/dhcpbench -vmlaned $(BIN)/vmlaned | tee $(CACHE)/bench-dhcp.txt
 	set -o pipefail; VMLANE_PRIVILEGED=require VMLANE_BIN_DIR=$(BIN) \
 		VMLANE_CONTROLPLANE_DIR=$$(bash internal/controlplane/build.sh --print-dir $(CACHE)/controlplane) \
 		$(GO) test -run '^$$' -bench RouteController5000 -benchtime 1x -timeout 20m ./cmd/vmlaned | tee $(CACHE)/bench-routes.txt

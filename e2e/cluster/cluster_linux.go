@@ -1,0 +1,324 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	authv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/vmlane/vmlane/internal/controlplane"
+	"github.com/vmlane/vmlane/internal/netnstest"
+	"github.com/vmlane/vmlane/internal/privtest"
+	"github.com/vmlane/vmlane/internal/testvm"
+)
+
+// Addresses on the test switch: the API server, the nodes from NodeBase
+// up, and the outside world.
+var (
+	SwitchSubnet = netip.MustParsePrefix("10.99.0.0/24")
+	APIServerIP  = netip.MustParseAddr("10.99.0.1")
+	OutsideIP    = netip.MustParseAddr("10.99.0.254")
+)
+
+// DefaultClusterCIDR is the pod network the nodes' podCIDRs come from.
+var DefaultClusterCIDR = netip.MustParsePrefix("10.244.0.0/16")
+
+// The ServiceAccount the manifests give vmlaned, whose token every node's
+// vmlaned uses, so the suite runs with the manifests' RBAC and nothing more.
+const (
+	Namespace      = "vmlane-system"
+	ServiceAccount = "vmlane"
+)
+
+// NodeSpec is one node: its name, its podCIDR and its address on the
+// switch.
+type NodeSpec struct {
+	Name    string
+	PodCIDR netip.Prefix
+	IP      netip.Addr
+}
+
+// DefaultNodes returns n nodes, node-a, node-b, ..., with podCIDRs
+// 10.244.<i>.0/24 and addresses 10.99.0.<11+i>.
+func DefaultNodes(n int) []NodeSpec {
+	var ns []NodeSpec
+	for i := range n {
+		ns = append(ns, NodeSpec{
+			Name:    "node-" + string(rune('a'+i)),
+			PodCIDR: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(i), 0}), 24),
+			IP:      netip.AddrFrom4([4]byte{10, 99, 0, byte(11 + i)}),
+		})
+	}
+	return ns
+}
+
+// Options shape a cluster.
+type Options struct {
+	// BinDir holds vmlane, vmlaned and vmlanectl.
+	BinDir string
+	// Manifests is the kustomize base (the repository's manifests/): it is
+	// applied to the API server, and vmlaned runs with its
+	// ServiceAccount's token.
+	Manifests string
+	// Nodes are created in order; each runs vmlaned.
+	Nodes []NodeSpec
+	// ClusterCIDR is vmlaned's --cluster-cidr (DefaultClusterCIDR if zero).
+	ClusterCIDR netip.Prefix
+	// Log gets a line per step; nil discards.
+	Log io.Writer
+	// VMTimeout bounds each guest's life (default 10 minutes).
+	VMTimeout time.Duration
+}
+
+// Cluster is a control plane, a switch, an outside host and nodes, each a
+// network namespace on this machine. Everything it makes is removed by the
+// cleanups it registers with the testing.TB it was built with.
+type Cluster struct {
+	Opts    Options
+	Switch  *netnstest.NS
+	Outside *netnstest.NS
+	CP      *controlplane.ControlPlane
+	// Client is an admin client (the test's view of the API server).
+	Client kubernetes.Interface
+	// KubectlPath is the kubectl built with the control plane.
+	KubectlPath string
+	// NodeKubeconfig is the kubeconfig vmlaned runs with: the
+	// ServiceAccount's token.
+	NodeKubeconfig string
+	Nodes          []*Node
+
+	tb    testing.TB
+	guest testvm.Guest
+	dir   string
+}
+
+// New builds the cluster: switch, control plane, manifests applied, the
+// outside host, and every node running vmlaned with its conflists written.
+func New(tb testing.TB, o Options) *Cluster {
+	tb.Helper()
+	privtest.Require(tb, "ip", "iptables", "qemu-system-x86_64", "nsenter", "busybox")
+	bins, err := controlplane.Find()
+	if err != nil {
+		privtest.Missing(tb, err.Error())
+	}
+	guest, err := testvm.Find()
+	if err != nil {
+		privtest.Missing(tb, err.Error())
+	}
+	if !o.ClusterCIDR.IsValid() {
+		o.ClusterCIDR = DefaultClusterCIDR
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	if o.VMTimeout == 0 {
+		o.VMTimeout = 10 * time.Minute
+	}
+	c := &Cluster{Opts: o, tb: tb, guest: guest, dir: tb.TempDir(), KubectlPath: filepath.Join(filepath.Dir(bins.APIServer), "kubectl")}
+	if _, err := os.Stat(c.KubectlPath); err != nil {
+		privtest.Missing(tb, fmt.Sprintf("no kubectl beside kube-apiserver (%v): run `make controlplane`", err))
+	}
+	c.step("switch")
+	c.Switch = netnstest.New(tb, "sw")
+	c.Switch.MustRun(tb, "ip", "link", "add", "sw0", "type", "bridge")
+	c.Switch.MustRun(tb, "ip", "link", "set", "sw0", "up")
+
+	c.step("control plane (etcd, kube-apiserver) at %s", APIServerIP)
+	c.CP = controlplane.Start(tb, controlplane.Options{
+		Addr: netip.PrefixFrom(APIServerIP, SwitchSubnet.Bits()), SwitchNS: c.Switch.Name, SwitchBridge: "sw0",
+	})
+	cc := c.CP.Client()
+	c.Client, err = kubernetes.NewForConfig(&rest.Config{
+		Host: cc.Host, BearerToken: cc.BearerToken, TLSClientConfig: rest.TLSClientConfig{CAData: cc.CAData},
+		Dial: cc.Dial, QPS: 50, Burst: 100,
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+
+	c.step("manifests: kubectl apply --server-side -k %s", o.Manifests)
+	c.MustKubectl(tb, "apply", "--server-side", "-k", o.Manifests)
+	c.NodeKubeconfig = c.serviceAccountKubeconfig(tb)
+
+	c.step("outside host %s (serves /cgi-bin/whoami)", OutsideIP)
+	c.Outside = c.host(tb, "out", netip.PrefixFrom(OutsideIP, SwitchSubnet.Bits()))
+	ServeWhoAmI(tb, c.Outside, filepath.Join(c.dir, "outside-www"))
+
+	for _, s := range o.Nodes {
+		c.AddNode(tb, s)
+	}
+	return c
+}
+
+func (c *Cluster) step(format string, args ...any) {
+	fmt.Fprintf(c.Opts.Log, "• "+format+"\n", args...)
+}
+
+// host makes a namespace with eth0 on the switch at addr.
+func (c *Cluster) host(tb testing.TB, tag string, addr netip.Prefix) *netnstest.NS {
+	tb.Helper()
+	n := netnstest.New(tb, tag)
+	peer := "sw-" + tag
+	c.Switch.MustRun(tb, "ip", "link", "add", peer, "type", "veth", "peer", "name", "eth0")
+	c.Switch.MustRun(tb, "ip", "link", "set", "eth0", "netns", n.Name)
+	c.Switch.MustRun(tb, "ip", "link", "set", peer, "master", "sw0", "up")
+	n.MustRun(tb, "ip", "addr", "add", addr.String(), "dev", "eth0")
+	n.MustRun(tb, "ip", "link", "set", "eth0", "up")
+	return n
+}
+
+// Kubectl runs kubectl against the API server as admin, from the control
+// plane's namespace (the only place besides the switch that reaches it).
+func (c *Cluster) Kubectl(args ...string) (string, error) {
+	return c.KubectlWith(c.CP.Kubeconfig, args...)
+}
+
+// KubectlWith is Kubectl with another kubeconfig.
+func (c *Cluster) KubectlWith(kubeconfig string, args ...string) (string, error) {
+	argv := append([]string{"netns", "exec", c.CP.NetNS, c.KubectlPath, "--kubeconfig", kubeconfig}, args...)
+	out, err := exec.Command("ip", argv...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// MustKubectl is Kubectl that fails tb on error.
+func (c *Cluster) MustKubectl(tb testing.TB, args ...string) string {
+	tb.Helper()
+	out, err := c.Kubectl(args...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return out
+}
+
+// serviceAccountKubeconfig writes a kubeconfig with a token of the
+// manifests' ServiceAccount, from the TokenRequest API, as the kubelet
+// projects one into the DaemonSet's pods.
+func (c *Cluster) serviceAccountKubeconfig(tb testing.TB) string {
+	tb.Helper()
+	ttl := int64(24 * 3600)
+	tr, err := c.Client.CoreV1().ServiceAccounts(Namespace).CreateToken(context.Background(), ServiceAccount,
+		&authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: &ttl}}, metav1.CreateOptions{})
+	if err != nil {
+		tb.Fatalf("token for ServiceAccount %s/%s: %v", Namespace, ServiceAccount, err)
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["e2e"] = &clientcmdapi.Cluster{Server: c.CP.URL, CertificateAuthorityData: c.CP.CACert}
+	cfg.AuthInfos["vmlane"] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	cfg.Contexts["vmlane"] = &clientcmdapi.Context{Cluster: "e2e", AuthInfo: "vmlane"}
+	cfg.CurrentContext = "vmlane"
+	path := filepath.Join(c.dir, "vmlane-sa.kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		tb.Fatal(err)
+	}
+	return path
+}
+
+// ServeWhoAmI runs busybox httpd on port 80 in ns, answering
+// /cgi-bin/whoami with the client's address as the server sees it: the
+// suite's proof of what NAT did or did not do.
+func ServeWhoAmI(tb testing.TB, ns *netnstest.NS, dir string) {
+	tb.Helper()
+	cgi := filepath.Join(dir, "cgi-bin")
+	if err := os.MkdirAll(cgi, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	// busybox httpd listens on a dual-stack socket: an IPv4 client's
+	// REMOTE_ADDR reads [::ffff:a.b.c.d]. Print the address itself.
+	script := `#!/bin/sh
+a=${REMOTE_ADDR#[}
+a=${a%]}
+printf 'Content-Type: text/plain\r\n\r\n%s\n' "${a#::ffff:}"
+`
+	if err := os.WriteFile(filepath.Join(cgi, "whoami"), []byte(script), 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	cmd := ns.Command("busybox", "httpd", "-f", "-p", "80", "-h", dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+}
+
+// Routes returns node n's vmlane routes as `ip route show proto 77`
+// prints them, one a line.
+func (n *Node) Routes() string {
+	out, _ := n.NS.Run("ip", "route", "show", "proto", "77")
+	return strings.TrimSpace(out)
+}
+
+// RouteCount is the number of vmlane routes on n.
+func (n *Node) RouteCount() int {
+	r := n.Routes()
+	if r == "" {
+		return 0
+	}
+	return strings.Count(r, "\n") + 1
+}
+
+// CreateNodeObject creates the Node object of s with its podCIDR and
+// InternalIP, as the kubelet and the node IPAM controller would.
+func (c *Cluster) CreateNodeObject(tb testing.TB, s NodeSpec) {
+	tb.Helper()
+	ctx := context.Background()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: s.Name, Labels: map[string]string{"kubernetes.io/os": "linux"}}}
+	n.Spec.PodCIDR, n.Spec.PodCIDRs = s.PodCIDR.String(), []string{s.PodCIDR.String()}
+	n, err := c.Client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+	if err != nil {
+		tb.Fatalf("creating Node %s: %v", s.Name, err)
+	}
+	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: s.IP.String()}, {Type: corev1.NodeHostName, Address: s.Name}}
+	if _, err := c.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		tb.Fatalf("setting Node %s's address: %v", s.Name, err)
+	}
+}
+
+// DeleteNodeObject deletes the Node object named name.
+func (c *Cluster) DeleteNodeObject(tb testing.TB, name string) {
+	tb.Helper()
+	if err := c.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+		tb.Fatalf("deleting Node %s: %v", name, err)
+	}
+}
+
+// Node returns the node named name, nil if there is none.
+func (c *Cluster) Node(name string) *Node {
+	for _, n := range c.Nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// Eventually polls cond every 100 ms for up to a minute (the API server,
+// vmlaned and QEMU share two cores) and fails tb with what cond saw last.
+func Eventually(tb testing.TB, what string, cond func() (bool, string)) {
+	tb.Helper()
+	var last string
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		var ok bool
+		if ok, last = cond(); ok {
+			return
+		}
+	}
+	tb.Fatalf("%s: not within a minute; last seen:\n%s", what, last)
+}

@@ -1,0 +1,181 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	current "github.com/containernetworking/cni/pkg/types/100"
+
+	"github.com/vmlane/vmlane/internal/netnstest"
+	"github.com/vmlane/vmlane/internal/testvm"
+)
+
+// Pod is a pod on a node: its network namespace, the address CNI gave it
+// and, for a VM pod, the TAP, the MAC and the running guest.
+type Pod struct {
+	Name string
+	Node *Node
+	NS   *netnstest.NS
+	// IP is the address the CNI plugin reserved (VM) or configured (plain).
+	IP netip.Addr
+	// MAC is the VM NIC's address from the CNI result (VM pods).
+	MAC string
+	// Tap is the TAP device in NS the guest is attached to (VM pods).
+	Tap string
+	// VM is the running guest (VM pods), nil for a plain pod.
+	VM *testvm.VM
+
+	list    *libcni.NetworkConfigList
+	rt      *libcni.RuntimeConf
+	deleted bool
+}
+
+// AddVMPod does what a VM runtime does for a VM pod on n: a pod netns, CNI
+// ADD with the VM conflist vmlaned wrote, then a QEMU guest on the TAP
+// with the result's MAC that configures itself by DHCP and stays up. It
+// returns once the guest is booting; see [Pod.WaitVM].
+func (n *Node) AddVMPod(tb testing.TB, name string) *Pod {
+	tb.Helper()
+	p := n.addPod(tb, name, true)
+	vm, err := n.c.guest.Start(context.Background(), testvm.Config{
+		NetNS: p.NS.Path, Tap: p.Tap, MAC: p.MAC, Mode: testvm.ModeDHCP, Hold: true, Timeout: n.c.Opts.VMTimeout,
+	})
+	if err != nil {
+		tb.Fatalf("pod %s: starting the guest: %v", name, err)
+	}
+	p.VM = vm
+	tb.Cleanup(func() { vm.Stop() })
+	return p
+}
+
+// WaitVM waits until p's guest has its DHCP lease and has pinged its
+// gateway, and checks the lease is exactly the reserved address.
+func (p *Pod) WaitVM(tb testing.TB) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	res, err := p.VM.Held(ctx)
+	if err != nil {
+		tb.Fatalf("VM pod %s: %v", p.Name, err)
+	}
+	if res.DHCP == nil || res.DHCP.IP != p.IP {
+		tb.Fatalf("VM pod %s: DHCP lease %+v, want the reserved %s\n%s", p.Name, res.DHCP, p.IP, res.Console)
+	}
+}
+
+// AddPod does what a container runtime does for a plain pod on n: a pod
+// netns and CNI ADD with the plain conflist. The pod serves
+// /cgi-bin/whoami on port 80, like the VM guests.
+func (n *Node) AddPod(tb testing.TB, name string) *Pod {
+	tb.Helper()
+	p := n.addPod(tb, name, false)
+	ServeWhoAmI(tb, p.NS, filepath.Join(n.Dir, "www-"+name))
+	return p
+}
+
+func (n *Node) addPod(tb testing.TB, name string, vm bool) *Pod {
+	tb.Helper()
+	list, err := libcni.ConfListFromFile(n.ConfList(vm))
+	if err != nil {
+		tb.Fatalf("pod %s: %v", name, err)
+	}
+	p := &Pod{Name: name, Node: n, NS: netnstest.New(tb, "pod-"+name), list: list}
+	p.rt = &libcni.RuntimeConf{
+		ContainerID: "e2e-" + name, NetNS: p.NS.Path, IfName: "eth0",
+		Args: [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", "default"}, {"K8S_POD_NAME", name}, {"K8S_POD_UID", "uid-" + name}},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cniTimeout)
+	defer cancel()
+	var res *current.Result
+	// The plugin runs in the node's namespace, as the runtime runs it on
+	// the node: exec forks from the thread Do switched.
+	err = n.NS.Do(func() error {
+		r, err := n.cni.AddNetworkList(ctx, list, p.rt)
+		if err != nil {
+			return err
+		}
+		res, err = current.NewResultFromResult(r)
+		return err
+	})
+	if err != nil {
+		tb.Fatalf("pod %s: CNI ADD on %s: %v", name, n.Name, err)
+	}
+	tb.Cleanup(func() { p.Delete(tb) })
+	if len(res.IPs) == 0 || res.IPs[0].Interface == nil {
+		tb.Fatalf("pod %s: CNI result without an address on an interface: %+v", name, res)
+	}
+	ip, _ := netip.AddrFromSlice(res.IPs[0].Address.IP.To4())
+	p.IP = ip
+	if vm {
+		iface := res.Interfaces[*res.IPs[0].Interface]
+		p.Tap, p.MAC = iface.Name, iface.Mac
+	}
+	return p
+}
+
+// Delete stops p's guest and runs CNI DEL, as the runtime does when the
+// pod goes. It may be called more than once.
+func (p *Pod) Delete(tb testing.TB) {
+	tb.Helper()
+	if p.deleted {
+		return
+	}
+	p.deleted = true
+	if p.VM != nil {
+		p.VM.Stop()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cniTimeout)
+	defer cancel()
+	if err := p.Node.NS.Do(func() error { return p.Node.cni.DelNetworkList(ctx, p.list, p.rt) }); err != nil {
+		tb.Errorf("pod %s: CNI DEL: %v", p.Name, err)
+	}
+}
+
+// PingResult is one ping from a pod.
+type PingResult = testvm.PingResult
+
+// Ping pings target count times from inside p: from the guest for a VM
+// pod, from the pod's namespace for a plain one.
+func (p *Pod) Ping(ctx context.Context, target netip.Addr, count int) (PingResult, error) {
+	if p.VM != nil {
+		return p.VM.Ping(ctx, target.String(), count)
+	}
+	out, err := p.NS.Run("ping", "-c", strconv.Itoa(count), "-i", "0.2", "-W", "2", target.String())
+	r := PingResult{Target: target.String(), Sent: count}
+	if m := recvRE.FindStringSubmatch(out); m != nil {
+		r.Recv, _ = strconv.Atoi(m[1])
+	}
+	if m := rttRE.FindStringSubmatch(out); m != nil {
+		ms, _ := strconv.ParseFloat(m[1], 64)
+		r.RTT = time.Duration(ms * float64(time.Millisecond))
+	}
+	r.OK = err == nil && r.Recv == count
+	return r, nil
+}
+
+var (
+	recvRE = regexp.MustCompile(`(\d+) received`)
+	rttRE  = regexp.MustCompile(`= [\d.]+/([\d.]+)/`)
+)
+
+// WhoAmI asks target's /cgi-bin/whoami from inside p and returns the
+// address target saw p's request come from.
+func (p *Pod) WhoAmI(ctx context.Context, target netip.Addr) (string, error) {
+	url := "http://" + target.String() + "/cgi-bin/whoami"
+	if p.VM != nil {
+		return p.VM.Fetch(ctx, url)
+	}
+	out, err := p.NS.Run("timeout", "5", "busybox", "wget", "-q", "-O", "-", url) // no -T: see Node.Ready
+	if err != nil {
+		return "", fmt.Errorf("wget %s from pod %s: %w: %s", url, p.Name, err, out)
+	}
+	return strings.TrimSpace(out), nil
+}

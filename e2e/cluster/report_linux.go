@@ -1,0 +1,147 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+)
+
+// Matrix is the outcome of every pod pinging every other pod.
+type Matrix struct {
+	Pods []*Pod
+	// Cells[i][j] is pods[i] → pods[j]; the diagonal is empty.
+	Cells [][]Cell
+}
+
+// Cell is one source → destination check.
+type Cell struct {
+	Ping PingResult
+	Err  error
+	// Seen is the source address the destination's /cgi-bin/whoami saw.
+	Seen string
+}
+
+// OK reports whether the ping got every reply and the destination saw the
+// source's own pod IP (no NAT between pods).
+func (c Cell) OK(src *Pod) bool {
+	return c.Err == nil && c.Ping.OK && c.Ping.Recv == c.Ping.Sent && c.Seen == src.IP.String()
+}
+
+// PingMatrix has every pod ping every other pod (count echo requests) and
+// fetch its whoami, sources in parallel, each source's checks in turn.
+func PingMatrix(ctx context.Context, pods []*Pod, count int) *Matrix {
+	m := &Matrix{Pods: pods, Cells: make([][]Cell, len(pods))}
+	var wg sync.WaitGroup
+	for i, src := range pods {
+		m.Cells[i] = make([]Cell, len(pods))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j, dst := range pods {
+				if i == j {
+					continue
+				}
+				c := &m.Cells[i][j]
+				c.Ping, c.Err = src.Ping(ctx, dst.IP, count)
+				if c.Err == nil {
+					c.Seen, c.Err = src.WhoAmI(ctx, dst.IP)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return m
+}
+
+// Failures lists the cells that are not OK, one line each.
+func (m *Matrix) Failures() []string {
+	var out []string
+	for i, src := range m.Pods {
+		for j, dst := range m.Pods {
+			if i == j || m.Cells[i][j].OK(src) {
+				continue
+			}
+			c := m.Cells[i][j]
+			out = append(out, fmt.Sprintf("%s (%s) → %s (%s): ping %+v, seen as %q, err %v", src.Name, src.IP, dst.Name, dst.IP, c.Ping, c.Seen, c.Err))
+		}
+	}
+	return out
+}
+
+// Write prints the matrix: average round trip per pair, and "NAT" or
+// "FAIL" where the check failed.
+func (m *Matrix) Write(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "from \\ to\t")
+	for _, p := range m.Pods {
+		fmt.Fprintf(tw, "%s\t", p.Name)
+	}
+	fmt.Fprintln(tw)
+	for i, src := range m.Pods {
+		fmt.Fprintf(tw, "%s (%s)\t", src.Name, src.IP)
+		for j := range m.Pods {
+			c := m.Cells[i][j]
+			switch {
+			case i == j:
+				fmt.Fprint(tw, "-\t")
+			case c.OK(src):
+				fmt.Fprintf(tw, "%.2f ms\t", float64(c.Ping.RTT)/float64(time.Millisecond))
+			case c.Err == nil && c.Ping.OK && c.Seen != src.IP.String():
+				fmt.Fprintf(tw, "NAT(%s)\t", c.Seen)
+			default:
+				fmt.Fprint(tw, "FAIL\t")
+			}
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
+}
+
+// Report writes the demo's account of the cluster: the nodes and their
+// podCIDRs as the API server has them, each node's vmlane routes, each
+// node's lease table as `vmlanectl leases list` prints it, and the ping
+// matrix.
+func (c *Cluster) Report(w io.Writer, m *Matrix) {
+	section := func(title string) {
+		fmt.Fprintf(w, "\n── %s %s\n", title, strings.Repeat("─", max(0, 60-len(title))))
+	}
+	section("Nodes (kubectl get nodes)")
+	out, err := c.Kubectl("get", "nodes", "-o",
+		`custom-columns=NAME:.metadata.name,POD-CIDR:.spec.podCIDR,INTERNAL-IP:.status.addresses[?(@.type=="InternalIP")].address,NETWORK-UNAVAILABLE:.status.conditions[?(@.type=="NetworkUnavailable")].status`)
+	if err != nil {
+		out = err.Error()
+	}
+	fmt.Fprint(w, out)
+
+	section("Routes vmlane installed (ip route show proto 77)")
+	for _, n := range c.Nodes {
+		fmt.Fprintf(w, "%s:\n", n.Name)
+		for _, l := range strings.Split(n.Routes(), "\n") {
+			fmt.Fprintf(w, "    %s\n", l)
+		}
+	}
+
+	section("Leases (vmlanectl leases list)")
+	for _, n := range c.Nodes {
+		out, err := exec.Command(filepath.Join(c.Opts.BinDir, "vmlanectl"), "leases", "list", "--lease-file", n.LeaseFile()).CombinedOutput()
+		if err != nil {
+			out = append(out, []byte(err.Error())...)
+		}
+		fmt.Fprintf(w, "%s (%s):\n", n.Name, n.LeaseFile())
+		for _, l := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
+			fmt.Fprintf(w, "    %s\n", l)
+		}
+	}
+
+	if m != nil {
+		section("Ping matrix (average RTT of 3 pings from inside each pod)")
+		m.Write(w)
+		fmt.Fprintln(w, "Every cell also checked /cgi-bin/whoami on the destination: it saw the source's own pod IP (no NAT between pods).")
+	}
+}

@@ -1,0 +1,315 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"golang.org/x/sys/unix"
+)
+
+// loadGen is many DHCP clients on one link: a single AF_PACKET socket that
+// writes whole Ethernet frames, each client's with its own source MAC, and
+// reads every frame to UDP port 68, handing each reply to the exchange
+// waiting on its xid. Clients in INIT state have no address, so a UDP
+// socket could not tell their replies apart by destination; a packet
+// socket sees them whatever they are sent to (vmlaned broadcasts; dnsmasq
+// unicasts to chaddr, having set the ARP entry itself).
+type loadGen struct {
+	f       *os.File
+	rc      syscall.RawConn
+	to      unix.SockaddrLinklayer
+	mu      sync.Mutex
+	pending map[dhcpv4.TransactionID]chan []byte
+	stray   atomic.Int64 // replies to no pending xid
+	done    chan struct{}
+}
+
+// clientPortFilter is `udp dst port 68` as classic BPF (what tcpdump -dd
+// prints), so the socket queues only replies: not the frames it sends
+// (packet sockets see outgoing frames too), not the bridge's IPv6 chatter.
+var clientPortFilter = []unix.SockFilter{
+	{Code: 0x28, K: 12},                // ldh [12]          ethertype
+	{Code: 0x15, Jf: 8, K: etherIP4},   // jne #0x800, drop
+	{Code: 0x30, K: 23},                // ldb [23]          protocol
+	{Code: 0x15, Jf: 6, K: protoUDP},   // jne #17, drop
+	{Code: 0x28, K: 20},                // ldh [20]          flags+offset
+	{Code: 0x45, Jt: 4, K: 0x1fff},     // jset #0x1fff, drop
+	{Code: 0xb1, K: 14},                // ldxb 4*([14]&0xf)
+	{Code: 0x48, K: 16},                // ldh [x+16]        UDP dst port
+	{Code: 0x15, Jf: 1, K: clientPort}, // jne #68, drop
+	{Code: 0x06, K: 0x40000},           // ret #262144
+	{Code: 0x06, K: 0},                 // drop: ret #0
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// openLoadGen opens the socket on ifname in the namespace at nsPath. The
+// socket stays in that namespace whichever thread uses it later.
+func openLoadGen(nsPath, ifname string) (*loadGen, error) {
+	var fd, ifindex int
+	err := ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
+		ifi, err := net.InterfaceByName(ifname)
+		if err != nil {
+			return err
+		}
+		ifindex = ifi.Index
+		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_IP)))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("opening packet socket on %s: %w", ifname, err)
+	}
+	setup := func() error {
+		if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER,
+			&unix.SockFprog{Len: uint16(len(clientPortFilter)), Filter: &clientPortFilter[0]}); err != nil {
+			return fmt.Errorf("attaching filter: %w", err)
+		}
+		// Room for every reply of a burst: 64 clients in flight never
+		// come near it, but a stalled reader must not lose a reply that
+		// would then count as a server's timeout.
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20); err != nil {
+			return fmt.Errorf("setting receive buffer: %w", err)
+		}
+		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_IP), Ifindex: ifindex})
+	}
+	if err := setup(); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), "packet:"+ifname)
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	g := &loadGen{
+		f: f, rc: rc,
+		to:      unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_IP), Ifindex: ifindex},
+		pending: map[dhcpv4.TransactionID]chan []byte{},
+		done:    make(chan struct{}),
+	}
+	go g.read()
+	return g, nil
+}
+
+// close stops the reader and closes the socket.
+func (g *loadGen) close() error {
+	err := g.f.Close()
+	<-g.done
+	return err
+}
+
+func (g *loadGen) read() {
+	defer close(g.done)
+	buf := make([]byte, 1<<16)
+	for {
+		var n int
+		var from unix.Sockaddr
+		var rerr error
+		err := g.rc.Read(func(fd uintptr) bool {
+			n, from, rerr = unix.Recvfrom(int(fd), buf, 0)
+			return rerr != unix.EAGAIN
+		})
+		if err != nil {
+			return // closed
+		}
+		if rerr != nil {
+			continue
+		}
+		if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype == unix.PACKET_OUTGOING {
+			continue
+		}
+		p, ok := serverPayload(buf[:n])
+		if !ok || len(p) < 8 || p[0] != byte(dhcpv4.OpcodeBootReply) {
+			continue
+		}
+		var xid dhcpv4.TransactionID
+		copy(xid[:], p[4:8])
+		g.mu.Lock()
+		ch := g.pending[xid]
+		g.mu.Unlock()
+		if ch == nil {
+			g.stray.Add(1)
+			continue
+		}
+		select {
+		case ch <- bytes.Clone(p):
+		default: // a third reply to one exchange: nobody waits for it
+		}
+	}
+}
+
+// register gives m an xid no pending exchange uses and returns the
+// channel its replies come on.
+func (g *loadGen) register(m *dhcpv4.DHCPv4) (chan []byte, error) {
+	ch := make(chan []byte, 2)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for g.pending[m.TransactionID] != nil {
+		xid, err := dhcpv4.GenerateTransactionID()
+		if err != nil {
+			return nil, err
+		}
+		m.TransactionID = xid
+	}
+	g.pending[m.TransactionID] = ch
+	return ch, nil
+}
+
+func (g *loadGen) unregister(xid dhcpv4.TransactionID) {
+	g.mu.Lock()
+	delete(g.pending, xid)
+	g.mu.Unlock()
+}
+
+func (g *loadGen) send(m *dhcpv4.DHCPv4) error {
+	frame := clientFrame(m.ClientHWAddr, m.ToBytes())
+	var serr error
+	err := g.rc.Write(func(fd uintptr) bool {
+		serr = unix.Sendto(int(fd), frame, 0, &g.to)
+		return serr != unix.EAGAIN
+	})
+	if err = errors.Join(err, serr); err != nil {
+		return fmt.Errorf("sending %s for %s: %w", m.MessageType(), m.ClientHWAddr, err)
+	}
+	return nil
+}
+
+// errTimeout is an OFFER or ACK that did not come in time.
+var errTimeout = errors.New("timed out")
+
+// requested asks for every option vmlaned sends, on top of the four
+// NewDiscovery asks for, so that dnsmasq (which sends only what a client
+// asks for) builds a reply of the same content.
+var requested = dhcpv4.WithRequestedOptions(
+	dhcpv4.OptionHostName, dhcpv4.OptionInterfaceMTU, dhcpv4.OptionBroadcastAddress,
+	dhcpv4.OptionDNSDomainSearchList, dhcpv4.OptionClasslessStaticRoute,
+)
+
+// exchange runs one DORA for r as a client in INIT state does (broadcast
+// flag clear, no retransmission) and returns the time from DISCOVER sent
+// to ACK received, and the ACK. Each reply may take up to timeout; one that
+// does not come ends the exchange with errTimeout. A NAK or an address
+// other than r's is an error: the servers must serve the reservations.
+func (g *loadGen) exchange(ctx context.Context, r reservation, timeout time.Duration) (time.Duration, *dhcpv4.DHCPv4, error) {
+	disc, err := dhcpv4.NewDiscovery(r.mac, requested)
+	if err != nil {
+		return 0, nil, err
+	}
+	ch, err := g.register(disc)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer g.unregister(disc.TransactionID)
+	start := time.Now()
+	if err := g.send(disc); err != nil {
+		return 0, nil, err
+	}
+	offer, err := await(ctx, ch, dhcpv4.MessageTypeOffer, timeout)
+	if err != nil {
+		return 0, nil, err
+	}
+	if !offer.YourIPAddr.Equal(r.ip.AsSlice()) {
+		return 0, nil, fmt.Errorf("%s was offered %s, not its reservation %s", r.mac, offer.YourIPAddr, r.ip)
+	}
+	req, err := dhcpv4.NewRequestFromOffer(offer, requested)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := g.send(req); err != nil {
+		return 0, nil, err
+	}
+	ack, err := await(ctx, ch, dhcpv4.MessageTypeAck, timeout)
+	if err != nil {
+		return 0, nil, err
+	}
+	lat := time.Since(start)
+	if !ack.YourIPAddr.Equal(r.ip.AsSlice()) {
+		return 0, nil, fmt.Errorf("%s was ACKed %s, not its reservation %s", r.mac, ack.YourIPAddr, r.ip)
+	}
+	return lat, ack, nil
+}
+
+// await returns the next reply of type want on ch; a NAK is an error,
+// any other type (a duplicate OFFER while waiting for the ACK) is skipped.
+func await(ctx context.Context, ch <-chan []byte, want dhcpv4.MessageType, timeout time.Duration) (*dhcpv4.DHCPv4, error) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-t.C:
+			return nil, fmt.Errorf("waiting for %s: %w", want, errTimeout)
+		case b := <-ch:
+			m, err := dhcpv4.FromBytes(b)
+			if err != nil {
+				return nil, fmt.Errorf("unparsable reply: %w", err)
+			}
+			switch m.MessageType() {
+			case want:
+				return m, nil
+			case dhcpv4.MessageTypeNak:
+				return nil, fmt.Errorf("NAK for %s (%q) while waiting for %s", m.ClientHWAddr, m.Message(), want)
+			}
+		}
+	}
+}
+
+// phase runs one exchange per reservation in rs with clients exchanges in
+// flight (each client starts the next as soon as its last ends). It
+// returns the latencies of those that completed, the count that timed out,
+// and the wall time from the first DISCOVER to the last exchange's end.
+// Any other failure stops the phase.
+func (g *loadGen) phase(ctx context.Context, rs []reservation, clients int, timeout time.Duration) (lat []time.Duration, timeouts int, wall time.Duration, err error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	lats := make([]time.Duration, len(rs))
+	timedOut := make([]bool, len(rs))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range min(clients, len(rs)) {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				i := int(next.Add(1)) - 1
+				if i >= len(rs) {
+					return
+				}
+				d, _, err := g.exchange(ctx, rs[i], timeout)
+				switch {
+				case errors.Is(err, errTimeout):
+					timedOut[i] = true
+				case err != nil:
+					cancel(err)
+					return
+				default:
+					lats[i] = d
+				}
+			}
+		})
+	}
+	wg.Wait()
+	wall = time.Since(start)
+	if err := context.Cause(ctx); err != nil {
+		return nil, 0, 0, err
+	}
+	for i, d := range lats {
+		if timedOut[i] {
+			timeouts++
+		} else {
+			lat = append(lat, d)
+		}
+	}
+	return lat, timeouts, wall, nil
+}

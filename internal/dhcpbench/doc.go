@@ -1,0 +1,103 @@
+// Command dhcpbench measures whole DHCP exchanges (DISCOVER, OFFER,
+// REQUEST, ACK) from many distinct MACs against vmlaned's DHCP server and
+// against dnsmasq, the server it is held against, in the same run, and
+// prints a markdown table of exchanges per second and p50/p99 DORA
+// latency at each number of clients in flight, with the ratios of vmlaned
+// to dnsmasq. The goal is vmlaned's throughput ≥ dnsmasq's and its p99 ≤
+// dnsmasq's. `make bench` runs it:
+//
+//	go run ./internal/dhcpbench -vmlaned bin/vmlaned
+//
+// Flags:
+//
+//	-vmlaned PATH   the vmlaned binary (required)
+//	-dnsmasq PATH   the dnsmasq binary (default /usr/sbin/dnsmasq)
+//	-levels L       clients in flight, comma-separated (default 1,16,64)
+//	-n N            timed exchanges per server and level (default 800)
+//	-rounds R       turns the servers take within a level (default 4)
+//	-warmup W       uncounted exchanges per turn (default 32)
+//	-timeout D      how long each reply may take (default 2s)
+//
+// # Setup
+//
+// Two network namespaces: a server namespace holding the bridge vmlane0
+// and a veth port on it, and a load namespace holding the veth's other
+// end, where the clients are. vmlaned standalone (--pod-cidr) creates the
+// bridge with the gateway address and MTU and leaves it when it stops;
+// dnsmasq then serves the same bridge. One server runs at a time.
+//
+// Both servers serve the same reservations and nothing else: -warmup+1
+// plus -n MAC→IP pairs in 10.252.0.0/22 (wider if they do not fit), given
+// to vmlaned as a lease file of CNI reservations written the way the CNI
+// plugin writes them (leases.Store.Update, Reserve with source cni, the
+// attachment key, a pod name), and to dnsmasq as the same MAC,IP,hostname
+// lines in a --dhcp-hostsfile, with a static --dhcp-range, --no-ping,
+// --dhcp-authoritative, no DNS (--port=0) and --quiet-dhcp (vmlaned logs no
+// per-packet lines at its default level either). Both send the same
+// options: router and default classless route, DNS server, domain, search
+// list, MTU, a one-hour lease with T1 and T2, and the pod's name as the
+// hostname; the clients ask for all of them (dnsmasq sends only what is
+// asked for), and the log shows both ACKs' option codes and sizes. Both
+// lease files live in one temp folder, on the same file system; both
+// servers fsync their lease file before they ACK.
+//
+// # Clients
+//
+// One AF_PACKET socket in the load namespace writes whole Ethernet frames,
+// each with its client's own source MAC, and reads every frame to UDP port
+// 68 (a classic BPF filter), handing each reply to the exchange waiting on
+// its xid. A client in INIT state has no address, so replies cannot be
+// told apart by IP: vmlaned broadcasts them, dnsmasq unicasts them at layer
+// 2 to chaddr. Each exchange builds its DISCOVER with dhcpv4.NewDiscovery
+// (broadcast flag clear, as udhcpc and dhclient send it), waits for the
+// OFFER with its xid, sends dhcpv4.NewRequestFromOffer, and waits for the
+// ACK. Its latency is from the DISCOVER's send to the ACK's arrival. There
+// is no retransmission: a reply that does not come within -timeout ends
+// the exchange as a timeout, which is counted in the table and counts as
+// slower than any completed exchange in the percentiles (a percentile that
+// falls on one prints as "> timeout"). A NAK, or an address other than the
+// MAC's reservation, stops the run: the comparison would be meaningless.
+//
+// # Method
+//
+// Every timed exchange is the first bind of a MAC of its own: each level
+// starts both servers from fresh state (vmlaned: every reservation in
+// state reserved; dnsmasq: an empty lease file), and no MAC is used twice
+// within a level. That is the work of a VM booting for the first time on
+// a node, which is the work that comes in bursts (a rollout, a node
+// restart). Renewing the same few MACs instead would time a different,
+// cheaper path, and soon run into vmlaned's per-MAC rate limit (20 packets
+// at once, 10/s), which stays on. The per-MAC limit never bites here: an
+// exchange is two packets per MAC.
+//
+// Within a level the servers take -rounds turns, the first one rotating,
+// so that a burst of other load on the machine falls on both alike. A
+// turn starts its server on that level's state, probes it with one
+// exchange until it answers, runs -warmup exchanges (the same warm-up
+// MACs every turn, so bound again after the first), then its share of the
+// -n timed exchanges with the level's clients in flight: each client
+// starts its next exchange as soon as its last one ends. Then the server
+// is stopped with SIGTERM.
+//
+// exchanges/s is completed exchanges over the summed wall time of the
+// timed phases, the drain at the end of each included; p50 and p99 are
+// nearest-rank percentiles. The table also gives the server's CPU time
+// (every thread, user and system, from /proc/PID/task/*/schedstat) per
+// exchange over the timed phases: the cost behind the throughput, and much
+// less moved by other load on the machine than latency is. Lines on
+// stderr give per-level summaries, the clients' own CPU time, and any
+// warning or error a server logged.
+//
+// # Namespaces and cleanup
+//
+// It must run as root, and touches nothing of the host's own: every link,
+// address, ARP entry and process it makes lives in a namespace it made,
+// named vmlbench-<pid>-srv and vmlbench-<pid>-load; its temp folder is
+// dhcpbench-<pid>-*. Servers run in their own process group with
+// Pdeathsig set, so they die with dhcpbench. On exit, on error and on
+// SIGINT or SIGTERM (a second signal kills at once) it stops the server,
+// deletes the namespaces (the bridge and veth with them) and the folder;
+// each run first deletes those of earlier runs whose process is gone.
+//
+// It exits 1 on any failure, 2 on bad flags. It is Linux only.
+package main

@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// config is the command line.
+type config struct {
+	vmlaned string
+	dnsmasq string
+	levels  []int
+	n       int
+	rounds  int
+	warmup  int
+	timeout time.Duration
+}
+
+// subnetBase is where the bench's subnet starts: a /22 by default, wider
+// when -n and -warmup need more addresses.
+var subnetBase = netip.MustParseAddr("10.252.0.0")
+
+func main() {
+	var cfg config
+	var levels string
+	fs := flag.NewFlagSet("dhcpbench", flag.ContinueOnError)
+	fs.StringVar(&cfg.vmlaned, "vmlaned", "", "the vmlaned binary (required)")
+	fs.StringVar(&cfg.dnsmasq, "dnsmasq", "/usr/sbin/dnsmasq", "the dnsmasq binary")
+	fs.StringVar(&levels, "levels", "1,16,64", "clients in flight, comma-separated")
+	fs.IntVar(&cfg.n, "n", 800, "timed exchanges per server and level")
+	fs.IntVar(&cfg.rounds, "rounds", 4, "turns the servers take within each level")
+	fs.IntVar(&cfg.warmup, "warmup", 32, "uncounted exchanges per turn before timing")
+	fs.DurationVar(&cfg.timeout, "timeout", 2*time.Second, "how long each reply (OFFER, ACK) may take before the exchange counts as timed out")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		os.Exit(2)
+	}
+	var err error
+	cfg.levels, err = parseLevels(levels)
+	if err != nil || cfg.vmlaned == "" || cfg.n < 1 || cfg.rounds < 1 || cfg.rounds > cfg.n || cfg.warmup < 0 || cfg.timeout <= 0 || fs.NArg() > 0 {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "dhcpbench:", err)
+		}
+		fmt.Fprintln(os.Stderr, "usage: dhcpbench -vmlaned BIN/vmlaned [-dnsmasq /usr/sbin/dnsmasq] [-levels 1,16,64] [-n 800] [-rounds 4] [-warmup 32] [-timeout 2s]")
+		os.Exit(2)
+	}
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "dhcpbench: must run as root: it creates network namespaces and runs DHCP servers in them (try sudo make bench)")
+		os.Exit(1)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		// After the first signal the default action returns, so a second
+		// one kills at once; Pdeathsig takes the servers along and the
+		// next run sweeps the namespaces.
+		<-ctx.Done()
+		stop()
+	}()
+	if err := run(ctx, cfg, os.Stdout, os.Stderr); err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("interrupted: %w", err)
+		}
+		fmt.Fprintln(os.Stderr, "dhcpbench:", err)
+		os.Exit(1)
+	}
+}
+
+// run measures both servers and prints the table to out, progress to log.
+// Whatever way it returns, it stops the servers and removes its
+// namespaces and temp folder first.
+func run(ctx context.Context, cfg config, out, log io.Writer) (err error) {
+	if _, err := exec.LookPath("ip"); err != nil {
+		return errors.New("needs ip (iproute2) on PATH")
+	}
+	for _, p := range []*string{&cfg.vmlaned, &cfg.dnsmasq} {
+		if *p, err = executable(*p); err != nil {
+			return err
+		}
+	}
+	version, err := exec.CommandContext(ctx, cfg.dnsmasq, "--version").Output()
+	if err != nil {
+		return fmt.Errorf("%s --version: %w", cfg.dnsmasq, err)
+	}
+	// "Dnsmasq version 2.90  Copyright ..."
+	dnsmasqVersion := "dnsmasq"
+	if f := strings.Fields(string(version)); len(f) >= 3 && f[1] == "version" {
+		dnsmasqVersion += " " + f[2]
+	}
+	p, err := newPlan(subnetBase, cfg.warmup+1, cfg.n)
+	if err != nil {
+		return err
+	}
+	sweepStale(log)
+	tmp, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", tmpPrefix, os.Getpid()))
+	if err != nil {
+		return err
+	}
+	nss := &nsSet{}
+	b := &bench{cfg: cfg, plan: p, tmp: tmp, log: log, shown: map[string]bool{}}
+	defer func() {
+		cerr := errors.Join(b.close(), cleanup(nss, tmp))
+		if cerr == nil {
+			fmt.Fprintln(log, "dhcpbench: cleaned up: no server, namespace or temp file left")
+		}
+		err = errors.Join(err, cerr)
+	}()
+	if err := b.setup(ctx, nss); err != nil {
+		return err
+	}
+	var ru0 unix.Rusage
+	unix.Getrusage(unix.RUSAGE_SELF, &ru0)
+	rs, err := b.measure(ctx)
+	if err != nil {
+		return err
+	}
+	var ru1 unix.Rusage
+	unix.Getrusage(unix.RUSAGE_SELF, &ru1)
+	total := 0
+	for _, r := range rs {
+		total += r.n()
+	}
+	self := time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
+	fmt.Fprintf(log, "dhcpbench: load generator CPU %s per timed exchange (warm-ups included)\n", fmtMS(self/time.Duration(max(total, 1)), 3))
+
+	var uts unix.Utsname
+	unix.Uname(&uts)
+	fmt.Fprintf(out, "DHCP DORA exchanges: vmlaned against %s, both in this run on one machine "+
+		"(nproc %d, Linux %s), one server at a time on the same bridge; lease files on %s. "+
+		"%d CNI reservations in %s, served by both; per server and level %d timed exchanges, "+
+		"each a first bind of a MAC of its own, in %s taken in turn; a reply not in %s is a timeout.\n\n",
+		dnsmasqVersion,
+		runtime.NumCPU(), unix.ByteSliceToString(uts.Release[:]), fsType(tmp),
+		len(p.warm)+len(p.timed), p.subnet, cfg.n, plural(cfg.rounds, "round"), cfg.timeout)
+	return writeTable(out, rs, "vmlaned", "dnsmasq", cfg.timeout)
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// executable returns the absolute path of an executable file.
+func executable(path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	fi, err := os.Stat(abs)
+	if err != nil {
+		return "", fmt.Errorf("server binary: %w", err)
+	}
+	if !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("server binary %s is not an executable file", path)
+	}
+	return abs, nil
+}
+
+// fsType names the file system under dir: fsync costs what it costs
+// there, and both servers fsync their lease files.
+func fsType(dir string) string {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return "an unknown file system"
+	}
+	switch st.Type {
+	case unix.EXT4_SUPER_MAGIC:
+		return "ext4"
+	case unix.XFS_SUPER_MAGIC:
+		return "xfs"
+	case unix.BTRFS_SUPER_MAGIC:
+		return "btrfs"
+	case unix.TMPFS_MAGIC:
+		return "tmpfs (fsync costs nothing)"
+	case unix.OVERLAYFS_SUPER_MAGIC:
+		return "overlayfs"
+	}
+	return fmt.Sprintf("a file system of type %#x", st.Type)
+}
+
+// cleanup removes the namespaces and temp folder, then checks that none of
+// this process's namespaces is left.
+func cleanup(nss *nsSet, tmp string) error {
+	errs := []error{nss.removeAll(), os.RemoveAll(tmp)}
+	left, err := ownNamespaces()
+	errs = append(errs, err)
+	if len(left) > 0 {
+		errs = append(errs, fmt.Errorf("namespaces left: %v", left))
+	}
+	return errors.Join(errs...)
+}
