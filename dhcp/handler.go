@@ -250,7 +250,7 @@ func (h *Handler) bind(req *dhcpv4.DHCPv4, l leases.Lease) (*dhcpv4.DHCPv4, erro
 	if name == "" {
 		name = hostnameLabel(req.HostName())
 	}
-	bound, err := h.alloc.Bind(req.ClientHWAddr, l.IP, h.now().Add(h.cfg.LeaseTime), name)
+	bound, err := h.alloc.Bind(req.ClientHWAddr, l.IP, leaseEnd(h.now(), h.cfg.LeaseTime), name)
 	if errors.Is(err, leases.ErrConflict) || errors.Is(err, leases.ErrNotFound) {
 		h.log.Info("refusing bind", "mac", req.ClientHWAddr.String(), "ip", l.IP, "err", err)
 		return h.nak(req, NAKConflict)
@@ -362,4 +362,18 @@ func ip4(a netip.Addr) net.IP {
 
 func inPool(p leases.Pool, a netip.Addr) bool {
 	return p.First.Compare(a) <= 0 && a.Compare(p.Last) <= 0
+}
+
+// leaseEnd is when a lease granted at now ends in the lease file. The file
+// keeps whole seconds, so the end is rounded up: rounded down, the file
+// would say a lease ends up to a second before the client's does, and the
+// expiry sweep could give a dynamic address to another MAC while its
+// holder still has it. The client counts from when it sent the REQUEST
+// (RFC 2131 §4.4.1), before now, so its lease never outlasts the file's.
+func leaseEnd(now time.Time, d time.Duration) time.Time {
+	end := now.Add(d)
+	if t := end.Truncate(time.Second); !t.Equal(end) {
+		end = t.Add(time.Second)
+	}
+	return end
 }

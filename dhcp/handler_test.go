@@ -508,3 +508,16 @@ func TestNewHandlerRejects(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseEndRoundsUp: the lease file keeps whole seconds; a binding made
+// at a fraction of a second must not end before the client's lease does.
+func TestLeaseEndRoundsUp(t *testing.T) {
+	at := time.Date(2026, 11, 22, 19, 58, 2, 1_000_000, time.UTC) // 19:58:02.001
+	if got, want := leaseEnd(at, time.Minute), time.Date(2026, 11, 22, 19, 59, 3, 0, time.UTC); !got.Equal(want) {
+		t.Errorf("leaseEnd(%s, 1m) = %s, want %s", at, got, want)
+	}
+	whole := time.Date(2026, 11, 22, 19, 58, 2, 0, time.UTC)
+	if got := leaseEnd(whole, time.Minute); !got.Equal(whole.Add(time.Minute)) {
+		t.Errorf("leaseEnd on a whole second = %s, want %s", got, whole.Add(time.Minute))
+	}
+}

@@ -51,7 +51,7 @@ func run(ctx context.Context, c *config, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		if err := startDHCP(ctx, c, c.PodCIDR, mtu, reg, log.With("component", "dhcp")); err != nil {
+		if err := startDHCP(ctx, c, c.PodCIDR, mtu, reg, log); err != nil {
 			return err
 		}
 		h.ready.Store(true)
@@ -88,7 +88,7 @@ func run(ctx context.Context, c *config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	if err := startDHCP(ctx, c, v4, mtu, reg, log.With("component", "dhcp")); err != nil {
+	if err := startDHCP(ctx, c, v4, mtu, reg, log); err != nil {
 		return err
 	}
 

@@ -78,8 +78,10 @@ func (m *dhcpMetrics) hooks() dhcp.Hooks {
 }
 
 // startDHCP runs the DHCP server on the bridge for subnet, and a sweep that
-// applies lease expiry and refreshes the lease gauges.
+// applies lease expiry and refreshes the lease gauges. The dhcp package
+// adds its own component attribute to log; dlog is for this file's lines.
 func startDHCP(ctx context.Context, c *config, subnet netip.Prefix, mtu int, reg prometheus.Registerer, log *slog.Logger) error {
+	dlog := log.With("component", "dhcp")
 	gw := subnet.Addr().Next()
 	store, err := leases.Open(c.LeaseFile, subnet, gw, leases.WithNode(c.NodeName))
 	if err != nil {
@@ -96,7 +98,7 @@ func startDHCP(ctx context.Context, c *config, subnet netip.Prefix, mtu int, reg
 	alloc := dhcp.NewStoreAllocator(store)
 	if err := alloc.Watch(ctx); err != nil {
 		// Still correct without it: every lookup checks the file.
-		log.Warn("no change notification on the lease folder; checking the file on every lookup", "err", err)
+		dlog.Warn("no change notification on the lease folder; checking the file on every lookup", "err", err)
 	}
 	h, err := dhcp.NewHandler(cfg, alloc, dhcp.WithLogger(log), dhcp.WithHooks(m.hooks()))
 	if err != nil {
@@ -113,11 +115,11 @@ func startDHCP(ctx context.Context, c *config, subnet netip.Prefix, mtu int, reg
 	}
 	go func() {
 		if err := <-errc; err != nil && ctx.Err() == nil {
-			log.Error("DHCP server stopped", "err", err)
+			dlog.Error("DHCP server stopped", "err", err)
 		}
 	}()
-	go sweepLeases(ctx, store, min(30*time.Second, c.LeaseTime/4), m, log)
-	log.Info("DHCP server up", "bridge", c.Bridge, "server", gw, "range", c.DHCPRangeText)
+	go sweepLeases(ctx, store, min(30*time.Second, c.LeaseTime/4), m, dlog)
+	dlog.Info("DHCP server up", "bridge", c.Bridge, "server", gw, "range", c.DHCPRangeText)
 	return nil
 }
 

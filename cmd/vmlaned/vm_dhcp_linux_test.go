@@ -1,16 +1,9 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
-
-	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/vmlane/vmlane/internal/netnstest"
 	"github.com/vmlane/vmlane/internal/privtest"
@@ -34,63 +27,10 @@ func TestVMGetsReservedAddressByDHCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := buildBinaries(t)
-	node := netnstest.New(t, "node")
+	d := startStandalone(t, bin, netnstest.New(t, "node"), "10.250.30.0/24", "--mtu", "1400", "--dns", "10.96.0.10",
+		"--search", "default.svc.cluster.local", "--domain", "cluster.local")
 	pod := netnstest.New(t, "pod")
-	dir := t.TempDir()
-	leaseFile := filepath.Join(dir, "leases.json")
-	confDir := filepath.Join(dir, "net.d")
-	cmd := node.Command(filepath.Join(bin, "vmlaned"), "--pod-cidr", "10.250.30.0/24", "--cni-conf-dir", confDir,
-		"--lease-file", leaseFile, "--mtu", "1400", "--dns", "10.96.0.10", "--search", "default.svc.cluster.local",
-		"--domain", "cluster.local", "--health-addr", "127.0.0.1:19465", "--metrics-addr", "127.0.0.1:19464")
-	var logs syncBuffer
-	cmd.Stderr = &logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("vmlaned log:\n%s", logs.String())
-		}
-	})
-	vmConf := filepath.Join(confDir, VMConflistName)
-	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(logs.String(), "DHCP server up"); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("vmlaned did not start its DHCP server:\n%s", logs.String())
-		}
-	}
-
-	// CNI ADD the way a runtime does it: the network's one plugin config,
-	// with cniVersion and name, on stdin.
-	raw, err := os.ReadFile(vmConf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var list struct {
-		CNIVersion string            `json:"cniVersion"`
-		Name       string            `json:"name"`
-		Plugins    []json.RawMessage `json:"plugins"`
-	}
-	if err := json.Unmarshal(raw, &list); err != nil {
-		t.Fatal(err)
-	}
-	conf := strings.Replace(string(list.Plugins[0]), "{", `{"cniVersion":"`+list.CNIVersion+`","name":"`+list.Name+`",`, 1)
-	add := node.Command(filepath.Join(bin, "vmlane"))
-	add.Env = append(os.Environ(), "CNI_COMMAND=ADD", "CNI_CONTAINERID=vm1", "CNI_NETNS="+pod.Path, "CNI_IFNAME=eth0",
-		"CNI_PATH="+bin, "CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=vm-one")
-	add.Stdin = strings.NewReader(conf)
-	out, err := add.Output()
-	if err != nil {
-		t.Fatalf("CNI ADD: %v\n%s", err, out)
-	}
-	var res current.Result
-	if err := json.Unmarshal(out, &res); err != nil {
-		t.Fatalf("CNI result: %v\n%s", err, out)
-	}
-	tap := res.Interfaces[*res.IPs[0].Interface]
-	reserved := res.IPs[0].Address.IP.String()
+	tap, reserved := d.cniAdd(t, pod, "vm1", "vm-one")
 
 	vm, err := g.Run(t.Context(), testvm.Config{
 		NetNS: pod.Path, Tap: tap.Name, MAC: tap.Mac, Mode: testvm.ModeDHCP, Timeout: 3 * time.Minute,
@@ -112,7 +52,7 @@ func TestVMGetsReservedAddressByDHCP(t *testing.T) {
 	if len(vm.Pings) == 0 || !vm.Pings[0].OK {
 		t.Errorf("guest could not ping its gateway: %+v", vm.Pings)
 	}
-	snap, err := leases.Read(leaseFile)
+	snap, err := leases.Read(d.leaseFile)
 	if err != nil {
 		t.Fatal(err)
 	}
