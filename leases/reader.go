@@ -22,8 +22,12 @@ type Snapshot struct {
 
 // Read reads a lease file without locking it. It reads vmlane's JSON lease
 // file and, so that a VM runtime has one API on both systems, macOS bootpd's
-// /var/db/dhcpd_leases (told apart by their first bytes).
+// /var/db/dhcpd_leases (told apart by their first bytes). An empty path is
+// NodePath: bootpd's file on macOS, vmlane's elsewhere.
 func Read(path string) (*Snapshot, error) {
+	if path == "" {
+		path = NodePath
+	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("lease file %s: %w", path, err)

@@ -18,8 +18,11 @@ var pollInterval = 200 * time.Millisecond
 // the address the VM got by DHCP). On Linux it wakes on inotify events for
 // the lease folder; elsewhere it polls. The file need not exist yet. It
 // returns ctx's error, joined with the last read error if any, when ctx ends
-// first.
+// first. An empty path is NodePath.
 func Wait(ctx context.Context, path, mac string) (Lease, error) {
+	if path == "" {
+		path = NodePath
+	}
 	mac, err := NormalizeMAC(mac)
 	if err != nil {
 		return Lease{}, err

@@ -51,6 +51,10 @@ type Controller struct {
 	mu       sync.Mutex
 	reported map[string]bool // node/reason pairs already logged and evented
 
+	// nat is the NAT exemption per family that the last desired() rendered
+	// chains from; written and read on the loop's goroutine only.
+	nat []NATOptions
+
 	lastOK atomic.Int64 // unix nanos of the last successful reconcile
 }
 
@@ -177,6 +181,7 @@ func (c *Controller) desired() ([]Route, [][]Chain) {
 		c.reportOnceByName(s.Node, "VmlaneRouteSkipped", s.Reason)
 	}
 	var chains [][]Chain
+	c.nat = c.nat[:0]
 	for _, v4 := range []bool{true, false} {
 		var pod netip.Prefix
 		for _, p := range d.Self {
@@ -199,7 +204,9 @@ func (c *Controller) desired() ([]Route, [][]Chain) {
 				fam = append(fam, p)
 			}
 		}
-		chains = append(chains, Chains(NATOptions{PodCIDR: pod, Cluster: fam, Masquerade: c.opts.Masquerade}))
+		o := NATOptions{PodCIDR: pod, Cluster: fam, Masquerade: c.opts.Masquerade}
+		c.nat = append(c.nat, o)
+		chains = append(chains, Chains(o))
 	}
 	c.metrics.observeCompute(time.Since(start))
 	return d.Routes, chains

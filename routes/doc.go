@@ -13,4 +13,12 @@
 // (DefaultProtocol unless configured), and vmlane never changes or deletes a
 // route without it. Its iptables rules live in its own chains (ChainNAT,
 // ChainForward), each rule commented, reached by one commented jump.
+//
+// On macOS the same Controller, Loop and Reconcile run over other kernel
+// effects (NewAnchorController): the BSD routing table (NewBSDTable: a
+// PF_ROUTE dump, route(8) for changes) and, instead of iptables, package
+// pf's anchor and the forwarding sysctl (NewPFBackend). BSD routes carry no
+// protocol number, so ownership there is a state file listing the routes
+// vmlane installed (DefaultBSDStatePath); List marks exactly those with
+// the configured protocol, and the rest of the package works unchanged.
 package routes

@@ -23,7 +23,12 @@ type Loop struct {
 	Desired func() ([]Route, [][]Chain)
 	// Observe, if set, receives every outcome and error.
 	Observe func(Outcome, error)
-	Log     *slog.Logger
+	// After, if set, runs at the end of every reconcile with full as for
+	// the chains, and its error joins the reconcile's: state a backend
+	// keeps besides routes and iptables (macOS's pf anchor and forwarding
+	// sysctls, see NewAnchorController).
+	After func(full bool) error
+	Log   *slog.Logger
 
 	trigger chan struct{}
 	applied [][]Chain // per IPT entry, the chains last applied without error
@@ -101,6 +106,9 @@ func (l *Loop) reconcile(full bool) (Outcome, error) {
 			l.applied[i] = nil
 		}
 		err = errors.Join(err, cerr)
+	}
+	if l.After != nil {
+		err = errors.Join(err, l.After(full))
 	}
 	out.Duration = time.Since(start)
 	for _, r := range out.Installed {

@@ -1,4 +1,4 @@
-//go:build !linux
+//go:build !linux && !darwin
 
 package main
 
@@ -8,5 +8,5 @@ import (
 )
 
 func teardown(io.Writer, teardownOpts) error {
-	return errors.New("teardown is implemented for Linux nodes only so far")
+	return errors.New("teardown is implemented for Linux and macOS nodes only")
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -13,12 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/vmlane/vmlane/internal/bridge"
@@ -124,7 +119,7 @@ func run(ctx context.Context, c *config, log *slog.Logger) error {
 		for ctx.Err() == nil && !ctrl.Synced() {
 			time.Sleep(100 * time.Millisecond)
 		}
-		if err := setNetworkAvailable(ctx, client, c.NodeName); err != nil {
+		if err := setNetworkCondition(ctx, client, c.NodeName, false, "VmlaneIsUp", "vmlane routes this node's pod subnet"); err != nil {
 			log.Error("setting NetworkUnavailable=False", "err", err)
 		}
 		h.ready.Store(true)
@@ -141,57 +136,13 @@ func run(ctx context.Context, c *config, log *slog.Logger) error {
 			}
 			if n, err := ctrl.Node(c.NodeName); err == nil && !routes.NetworkAvailable(n) {
 				log.Info("node lost its NetworkUnavailable=False condition; setting it again", "node", c.NodeName)
-				if err := setNetworkAvailable(ctx, client, c.NodeName); err != nil {
+				if err := setNetworkCondition(ctx, client, c.NodeName, false, "VmlaneIsUp", "vmlane routes this node's pod subnet"); err != nil {
 					log.Error("setting NetworkUnavailable=False", "err", err)
 				}
 			}
 		}
 	}()
 	return ctrl.Run(ctx)
-}
-
-func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
-	var cfg *rest.Config
-	var err error
-	if kubeconfig == "" {
-		cfg, err = rest.InClusterConfig()
-	} else {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client config: %w", err)
-	}
-	cfg.UserAgent = "vmlaned/" + version
-	return kubernetes.NewForConfig(cfg)
-}
-
-// waitForPodCIDRs polls the node until the node IPAM controller has given
-// it podCIDRs, logging every 30 s. API errors (the server restarting) are
-// retried with the same patience.
-func waitForPodCIDRs(ctx context.Context, client kubernetes.Interface, name string, log *slog.Logger) ([]netip.Prefix, error) {
-	var lastLog time.Time
-	for {
-		n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err == nil {
-			rn := routes.FromNode(n, "")
-			if len(rn.PodCIDRs) > 0 {
-				return rn.PodCIDRs, nil
-			}
-		}
-		if time.Since(lastLog) >= 30*time.Second {
-			if err != nil {
-				log.Info("waiting for the API server", "node", name, "err", err)
-			} else {
-				log.Info("waiting for the node's podCIDRs", "node", name)
-			}
-			lastLog = time.Now()
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(time.Second):
-		}
-	}
 }
 
 // setupNode makes the bridge with the gateway and writes the conflists. It
@@ -227,25 +178,6 @@ func setupNode(c *config, subnet netip.Prefix, log *slog.Logger) (int, error) {
 	}
 	log.Info("node set up", "bridge", c.Bridge, "gateway", gw, "mtu", mtu)
 	return mtu, nil
-}
-
-// setNetworkAvailable sets the Node's NetworkUnavailable condition to
-// False, as every network plugin that routes pod subnets does, so the
-// node.kubernetes.io/network-unavailable taint goes away.
-func setNetworkAvailable(ctx context.Context, client kubernetes.Interface, name string) error {
-	now := metav1.Now()
-	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{{
-		Type:               corev1.NodeNetworkUnavailable,
-		Status:             corev1.ConditionFalse,
-		Reason:             "VmlaneIsUp",
-		Message:            "vmlane routes this node's pod subnet",
-		LastTransitionTime: now,
-		LastHeartbeatTime:  now,
-	}}}})
-	// PatchStatus sends a strategic merge patch: conditions merge by type,
-	// so the kubelet's own conditions stay.
-	_, err := client.CoreV1().Nodes().PatchStatus(ctx, name, patch)
-	return err
 }
 
 // ensureForwarding turns on IP forwarding for subnet's family: pods reach

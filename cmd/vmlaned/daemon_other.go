@@ -1,4 +1,4 @@
-//go:build !linux
+//go:build !linux && !darwin
 
 package main
 
@@ -8,8 +8,8 @@ import (
 	"log/slog"
 )
 
-// run on macOS is the macOS-nodes work (vmnet plist, routes, pf anchor),
-// not built yet: say so rather than pretend.
+// run on systems other than Linux and macOS: vmlane has no backend for
+// them; say so rather than pretend.
 func run(context.Context, *config, *slog.Logger) error {
-	return errors.New("vmlaned does not run on this system yet: only Linux nodes are supported so far")
+	return errors.New("vmlaned does not run on this system: vmlane supports Linux and macOS nodes")
 }

@@ -21,11 +21,13 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/vmlane/vmlane/leases"
+	"github.com/vmlane/vmlane/pf"
 	"github.com/vmlane/vmlane/plugin"
 	"github.com/vmlane/vmlane/routes"
 )
@@ -57,6 +59,12 @@ type config struct {
 	DHCPRange     *leases.Pool
 	DHCPRangeText string
 	LogLevel      slog.Level
+	// macOS nodes only (ignored elsewhere): vmnet's plist (up to macOS
+	// 15), the pf anchor of the no-nat rules, and the network description
+	// for the vmnet_network API (macOS 26 and later).
+	VmnetPlist       string
+	PFAnchor         string
+	VmnetNetworkFile string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*config, error) {
@@ -84,6 +92,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.Domain, "domain", "", "DNS domain")
 	fs.StringVar(&c.DHCPRangeText, "dhcp-range", "", "dynamic DHCP range FIRST-LAST for VMs attached without CNI (default: none)")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.VmnetPlist, "vmnet-plist", pf.DefaultVmnetPlist, "macOS up to 15: vmnet's plist, where the node's subnet is written")
+	fs.StringVar(&c.PFAnchor, "pf-anchor", pf.DefaultAnchor, "macOS: the pf anchor (under com.apple/) that holds vmlane's no-nat rules")
+	fs.StringVar(&c.VmnetNetworkFile, "vmnet-network-file", pf.DefaultNetworkFile, "macOS 26 and later: where the JSON description of the node's vmnet network is written for VM runtimes")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -145,6 +156,14 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 				return nil, fmt.Errorf("invalid --dhcp-range: %w", err)
 			}
 			c.DHCPRange = &p
+		}
+	}
+	if err := pf.ValidAnchor(c.PFAnchor); err != nil {
+		return nil, fmt.Errorf("invalid --pf-anchor: %w", err)
+	}
+	for _, a := range []struct{ flag, v string }{{"--vmnet-plist", c.VmnetPlist}, {"--vmnet-network-file", c.VmnetNetworkFile}} {
+		if a.v == "" || !filepath.IsAbs(a.v) {
+			return nil, fmt.Errorf("invalid %s %q: want an absolute path", a.flag, a.v)
 		}
 	}
 	for _, a := range []struct{ flag, v string }{{"--health-addr", c.HealthAddr}, {"--metrics-addr", c.MetricsAddr}} {

@@ -1,0 +1,305 @@
+package main
+
+// vmlaned on a macOS node. There is no bridge, CNI conflist or DHCP server
+// of vmlane's here: Virtualization.framework VMs sit behind vmnet's shared
+// network, and vmnet's own DHCP server (bootpd) hands out their addresses.
+// vmlaned makes that network the node's podCIDR (vmnet's plist up to
+// macOS 15, a network description for the vmnet_network API from macOS
+// 26), routes the other nodes' pod subnets (package routes on the BSD
+// table), exempts pod-to-pod traffic from vmnet's NAT with a pf anchor,
+// and watches vmnet's bridge: when vmnet put the shared network on
+// another subnet, the node says so (an Event, a metric, and the
+// NetworkUnavailable condition) rather than have other nodes route a
+// subnet its VMs are not on.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/vmlane/vmlane/leases"
+	"github.com/vmlane/vmlane/pf"
+	"github.com/vmlane/vmlane/routes"
+)
+
+func run(ctx context.Context, c *config, log *slog.Logger) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	h := &health{start: time.Now(), window: 3 * c.Resync}
+	if err := serve(ctx, c.HealthAddr, h.mux(), log); err != nil {
+		return err
+	}
+	if err := serve(ctx, c.MetricsAddr, metricsHandler(reg), log); err != nil {
+		return err
+	}
+	version, err := pf.ProductVersion()
+	if err != nil {
+		return err
+	}
+	mode, err := pf.ModeFor(version)
+	if err != nil {
+		return err
+	}
+	log.Info("macOS node", "version", version, "vmnet", mode)
+	if c.DHCPRangeText != "" {
+		log.Warn("--dhcp-range is ignored on macOS: vmnet's own DHCP server serves the VMs")
+	}
+	v := &vmnet{c: c, mode: mode, log: log.With("component", "vmnet"), m: newVmnetMetrics(reg)}
+
+	if c.PodCIDR.IsValid() {
+		log.Info("standalone mode", "podCIDR", c.PodCIDR)
+		if err := v.configure(c.PodCIDR); err != nil {
+			return err
+		}
+		h.ready.Store(true)
+		v.watch(ctx, c.PodCIDR, nil)
+		return nil
+	}
+
+	client, err := kubeClient(c.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	cidrs, err := waitForPodCIDRs(ctx, client, c.NodeName, log)
+	if err != nil {
+		return err
+	}
+	var v4 netip.Prefix
+	for _, p := range cidrs {
+		if p.Addr().Is4() {
+			v4 = p
+			break
+		}
+	}
+	if !v4.IsValid() {
+		return fmt.Errorf("node %s has no IPv4 podCIDR (%v): vmnet's shared network is IPv4", c.NodeName, cidrs)
+	}
+	if err := v.configure(v4); err != nil {
+		return err
+	}
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "vmlaned", Host: c.NodeName})
+
+	table, err := routes.NewBSDTable(routes.DefaultBSDStatePath, c.RouteProtocol)
+	if err != nil {
+		// Without the record vmlane cannot tell its routes from others':
+		// it leaves them all, and owns only what it adds from now on.
+		log.Warn("route state unreadable; routes vmlaned added before are left in place", "err", err)
+	}
+	p, err := pf.New(c.PFAnchor, pf.ExecRunner{}, pf.DefaultStatePath)
+	if err != nil {
+		return err
+	}
+	if fresh, err := p.Enable(); err != nil {
+		return fmt.Errorf("enabling pf: %w", err)
+	} else if fresh {
+		log.Info("pf enabled with a reference of vmlane's", "token", p.Token())
+	}
+	ctrl := routes.NewAnchorController(client, table, routes.NewPFBackend(p), recorder, routes.NewMetrics(reg), log.With("component", "routes"), routes.Options{
+		NodeName:         c.NodeName,
+		NodeIPAnnotation: c.NodeIPAnnotation,
+		ClusterCIDRs:     c.ClusterCIDRs,
+		Protocol:         c.RouteProtocol,
+		Resync:           c.Resync,
+	})
+	h.lastOK = ctrl.LastSuccess
+	if err := routes.WatchDeletes(c.RouteProtocol, ctx.Done(), ctrl.Trigger); err != nil {
+		log.Warn("no route-delete events; lost routes come back at the next resync", "err", err)
+	}
+	go func() {
+		for ctx.Err() == nil && !ctrl.Synced() {
+			time.Sleep(100 * time.Millisecond)
+		}
+		v.watch(ctx, v4, func(st pf.BridgeStatus, msg string, changed bool) {
+			n, err := ctrl.Node(c.NodeName)
+			mismatch := st.State == pf.BridgeMismatch
+			if !changed {
+				// A Node deleted and registered again comes back without
+				// the condition: set it again (as on Linux; the informer's
+				// cache has it, so the check costs no request).
+				if err != nil || mismatch || routes.NetworkAvailable(n) {
+					return
+				}
+				log.Info("node lost its NetworkUnavailable=False condition; setting it again", "node", c.NodeName)
+			}
+			if changed && err == nil && mismatch {
+				ref := &corev1.ObjectReference{Kind: "Node", Name: n.Name, UID: n.UID, APIVersion: "v1"}
+				recorder.Event(ref, corev1.EventTypeWarning, "VmnetSubnetMismatch", msg)
+			}
+			// A mismatch makes the node's network unavailable (the node
+			// lifecycle controller taints it): pods scheduled here would
+			// get addresses no other node routes to.
+			reason, condMsg := "VmlaneIsUp", "vmlane routes this node's pod subnet"
+			if mismatch {
+				reason, condMsg = "VmnetSubnetMismatch", msg
+			}
+			if err := setNetworkCondition(ctx, client, c.NodeName, mismatch, reason, condMsg); err != nil {
+				log.Error("setting the NetworkUnavailable condition", "err", err)
+			}
+			h.ready.Store(!mismatch)
+		})
+	}()
+	return ctrl.Run(ctx)
+}
+
+// vmnet is the node's vmnet configuration and the watch on its bridge.
+type vmnet struct {
+	c    *config
+	mode pf.VmnetMode
+	log  *slog.Logger
+	m    *vmnetMetrics
+}
+
+// configure tells vmnet the subnet, the way this macOS version listens.
+func (v *vmnet) configure(subnet netip.Prefix) error {
+	if v.mode == pf.ModeNetworkAPI {
+		return v.writeNetworkFile(subnet)
+	}
+	changed, err := pf.ApplyPlist(v.c.VmnetPlist, pf.DefaultVmnetStatePath, subnet)
+	if err != nil {
+		return err
+	}
+	if changed {
+		v.m.writes.WithLabelValues("plist").Inc()
+		v.log.Info("wrote vmnet's plist; vmnet moves its shared network there when it next starts it (when no VM uses it any more)",
+			"plist", v.c.VmnetPlist, "subnet", subnet)
+	}
+	return nil
+}
+
+// writeNetworkFile writes the network description with the DHCP
+// reservations of vmlane's lease file (--lease-file), if a VM runtime
+// keeps one on this Mac: every live lease with a MAC.
+func (v *vmnet) writeNetworkFile(subnet netip.Prefix) error {
+	var res []pf.Reservation
+	snap, err := leases.Read(v.c.LeaseFile)
+	switch {
+	case err == nil:
+		for _, l := range snap.Compat() {
+			if ip, err := netip.ParseAddr(l.IP); err == nil {
+				res = append(res, pf.Reservation{MAC: l.MAC, IP: ip})
+			}
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		v.log.Warn("lease file unreadable; the network description has no reservations", "err", err)
+	}
+	n, problems, err := pf.NewNetwork(subnet, v.c.MTU, &pf.DNS{Nameservers: v.c.DNS, Search: v.c.Search, Domain: v.c.Domain}, res)
+	if err != nil {
+		return err
+	}
+	for _, p := range problems {
+		v.log.Warn("lease left out of the network description", "problem", p)
+	}
+	wrote, err := pf.WriteNetworkFile(v.c.VmnetNetworkFile, pf.DefaultVmnetStatePath, n)
+	if err != nil {
+		return err
+	}
+	if wrote {
+		v.m.writes.WithLabelValues("network-file").Inc()
+		v.log.Info("wrote the vmnet network description for VM runtimes", "file", v.c.VmnetNetworkFile, "subnet", subnet, "reservations", len(n.Reservations))
+	}
+	return nil
+}
+
+// watch checks vmnet's bridge against podCIDR (and, on macOS 26, keeps the
+// network description's reservations current) every resync period until
+// ctx ends, and calls report with each finding, changed true when it
+// differs from the one before (the first always does).
+func (v *vmnet) watch(ctx context.Context, podCIDR netip.Prefix, report func(st pf.BridgeStatus, msg string, changed bool)) {
+	tick := time.NewTicker(v.c.Resync)
+	defer tick.Stop()
+	last := "\x00" // no finding yet
+	for {
+		if v.mode == pf.ModeNetworkAPI {
+			if err := v.writeNetworkFile(podCIDR); err != nil {
+				v.log.Error("updating the network description", "err", err)
+			}
+		}
+		st := pf.CheckBridge(interfaces(v.log), podCIDR)
+		v.m.set(st)
+		msg := st.Message(podCIDR)
+		key := fmt.Sprint(st.State, st.Bridges)
+		changed := key != last
+		if changed {
+			last = key
+			if st.State == pf.BridgeMismatch {
+				v.log.Warn(msg)
+			} else {
+				v.log.Info(msg)
+			}
+		}
+		if report != nil {
+			report(st, msg, changed)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func interfaces(log *slog.Logger) []pf.Iface {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		log.Error("listing interfaces", "err", err)
+		return nil
+	}
+	out := make([]pf.Iface, 0, len(ifs))
+	for _, ifc := range ifs {
+		pi := pf.Iface{Name: ifc.Name}
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(n.IP); ok {
+					ones, _ := n.Mask.Size()
+					pi.Addrs = append(pi.Addrs, netip.PrefixFrom(ip.Unmap(), ones))
+				}
+			}
+		}
+		out = append(out, pi)
+	}
+	return out
+}
+
+// vmnetMetrics are the macOS node's vmnet metrics.
+type vmnetMetrics struct {
+	mismatch, up prometheus.Gauge
+	writes       *prometheus.CounterVec
+}
+
+func newVmnetMetrics(reg prometheus.Registerer) *vmnetMetrics {
+	m := &vmnetMetrics{
+		mismatch: prometheus.NewGauge(prometheus.GaugeOpts{Name: "vmlane_vmnet_subnet_mismatch", Help: "1 while vmnet's shared network is up on a subnet other than the node's podCIDR."}),
+		up:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "vmlane_vmnet_bridge_up", Help: "1 while a vmnet bridge has an IPv4 address."}),
+		writes:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vmlane_vmnet_config_writes_total", Help: "Writes of vmnet's configuration, by file (plist, network-file)."}, []string{"file"}),
+	}
+	reg.MustRegister(m.mismatch, m.up, m.writes)
+	return m
+}
+
+func (m *vmnetMetrics) set(st pf.BridgeStatus) {
+	b := func(v bool) float64 {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	m.mismatch.Set(b(st.State == pf.BridgeMismatch))
+	m.up.Set(b(st.State != pf.BridgeDown))
+}

@@ -1,0 +1,91 @@
+//go:build linux || darwin
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/vmlane/vmlane/routes"
+)
+
+// kubeClient is a client from kubeconfig, or the in-cluster config (the
+// DaemonSet's ServiceAccount) when kubeconfig is empty.
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig == "" {
+		cfg, err = rest.InClusterConfig()
+	} else {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client config (outside a pod, as on a Mac node, give --kubeconfig): %w", err)
+	}
+	cfg.UserAgent = "vmlaned/" + version
+	return kubernetes.NewForConfig(cfg)
+}
+
+// waitForPodCIDRs polls the node until the node IPAM controller has given
+// it podCIDRs, logging every 30 s. API errors (the server restarting) are
+// retried with the same patience.
+func waitForPodCIDRs(ctx context.Context, client kubernetes.Interface, name string, log *slog.Logger) ([]netip.Prefix, error) {
+	var lastLog time.Time
+	for {
+		n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err == nil {
+			rn := routes.FromNode(n, "")
+			if len(rn.PodCIDRs) > 0 {
+				return rn.PodCIDRs, nil
+			}
+		}
+		if time.Since(lastLog) >= 30*time.Second {
+			if err != nil {
+				log.Info("waiting for the API server", "node", name, "err", err)
+			} else {
+				log.Info("waiting for the node's podCIDRs", "node", name)
+			}
+			lastLog = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// setNetworkCondition sets the Node's NetworkUnavailable condition: False
+// once vmlane routes the node's pod subnet, as every network plugin that
+// routes pod subnets does, so the node.kubernetes.io/network-unavailable
+// taint goes away; True on a Mac while vmnet's network is not the podCIDR.
+func setNetworkCondition(ctx context.Context, client kubernetes.Interface, name string, unavailable bool, reason, msg string) error {
+	status := corev1.ConditionFalse
+	if unavailable {
+		status = corev1.ConditionTrue
+	}
+	now := metav1.Now()
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{{
+		Type:               corev1.NodeNetworkUnavailable,
+		Status:             status,
+		Reason:             reason,
+		Message:            strings.TrimSpace(msg),
+		LastTransitionTime: now,
+		LastHeartbeatTime:  now,
+	}}}})
+	// A strategic merge patch: conditions merge by type, so the kubelet's
+	// own conditions stay.
+	_, err := client.CoreV1().Nodes().PatchStatus(ctx, name, patch)
+	return err
+}

@@ -1,0 +1,142 @@
+package pf
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// DefaultNetworkFile is where vmlaned writes the network description on
+// macOS 26 and later.
+const DefaultNetworkFile = "/var/db/vmlane/vmnet-network.json"
+
+// Network describes the node's vmnet shared network for macOS 26 and
+// later, where vmnet ignores its plist's Shared_Net_* keys and each VM
+// runtime configures the network itself through the vmnet_network API.
+// A runtime maps it field by field:
+//
+//	cfg := vmnet_network_configuration_create(VMNET_SHARED_MODE, &status)
+//	vmnet_network_configuration_set_ipv4_subnet(cfg, &subnet, &mask)     // "subnet" (network address), "mask"
+//	vmnet_network_configuration_set_mtu(cfg, mtu)                         // "mtu", when not 0
+//	vmnet_network_configuration_add_dhcp_reservation(cfg, &mac, &ip)      // each of "reservations"
+//	net := vmnet_network_create(cfg, &status)
+//
+// vmnet gives the host the subnet's second address, which is "gateway",
+// and reserves the first and the last. Reservations cannot change while
+// the network is active: a runtime picks up a changed file the next time it
+// creates the network.
+type Network struct {
+	// Version is the format's version, 1.
+	Version int `json:"version"`
+	// Mode is vmnet's operating mode, always "shared" (VMNET_SHARED_MODE:
+	// NAT to the outside, which the pf anchor exempts pod traffic from).
+	Mode    string       `json:"mode"`
+	Subnet  netip.Prefix `json:"subnet"`
+	Gateway netip.Addr   `json:"gateway"`
+	// Mask is Subnet's mask in dotted form, as set_ipv4_subnet takes it.
+	Mask string `json:"mask"`
+	MTU  int    `json:"mtu,omitempty"`
+	// DNS is what the VMs should use (vmnet's DHCP server announces its
+	// own DNS proxy at the gateway; runtimes that configure guests
+	// themselves use these).
+	DNS          *DNS          `json:"dns,omitempty"`
+	Reservations []Reservation `json:"reservations"`
+}
+
+// DNS is the resolver configuration for the VMs.
+type DNS struct {
+	Nameservers []string `json:"nameservers,omitempty"`
+	Search      []string `json:"search,omitempty"`
+	Domain      string   `json:"domain,omitempty"`
+}
+
+// Reservation pins a VM's address to its MAC.
+type Reservation struct {
+	MAC string     `json:"mac"`
+	IP  netip.Addr `json:"ip"`
+}
+
+// NewNetwork builds the description of subnet. Reservations are checked
+// and sorted by address: ones outside the subnet, on an address vmnet
+// reserves (network, gateway, broadcast), with a malformed MAC, or
+// repeating an address or a MAC already taken are left out and returned as
+// problems, so that one bad lease entry does not cost the others theirs.
+func NewNetwork(subnet netip.Prefix, mtu int, dns *DNS, res []Reservation) (Network, []string, error) {
+	sn, err := SharedNetFor(subnet)
+	if err != nil {
+		return Network{}, nil, err
+	}
+	n := Network{Version: 1, Mode: "shared", Subnet: subnet, Gateway: subnet.Addr().Next(), Mask: sn.Mask, MTU: mtu, Reservations: []Reservation{}}
+	if dns != nil && (len(dns.Nameservers)+len(dns.Search) > 0 || dns.Domain != "") {
+		n.DNS = dns
+	}
+	res = slices.Clone(res)
+	slices.SortStableFunc(res, func(a, b Reservation) int { return a.IP.Compare(b.IP) })
+	broadcast := lastAddr(subnet)
+	seenIP := map[netip.Addr]bool{}
+	seenMAC := map[string]bool{}
+	var problems []string
+	for _, r := range res {
+		mac, ok := normalizeMAC(r.MAC)
+		switch {
+		case !ok:
+			problems = append(problems, fmt.Sprintf("reservation %s for %q: not a 48-bit MAC", r.IP, r.MAC))
+			continue
+		case !subnet.Contains(r.IP):
+			problems = append(problems, fmt.Sprintf("reservation %s for %s: outside %s", r.IP, r.MAC, subnet))
+			continue
+		case r.IP == subnet.Addr() || r.IP == n.Gateway || r.IP == broadcast:
+			problems = append(problems, fmt.Sprintf("reservation %s for %s: vmnet reserves that address", r.IP, r.MAC))
+			continue
+		}
+		if seenIP[r.IP] || seenMAC[mac] {
+			problems = append(problems, fmt.Sprintf("reservation %s for %s: address or MAC already reserved", r.IP, mac))
+			continue
+		}
+		seenIP[r.IP], seenMAC[mac] = true, true
+		n.Reservations = append(n.Reservations, Reservation{MAC: mac, IP: r.IP})
+	}
+	return n, problems, nil
+}
+
+// Marshal is the file's content: indented JSON, newline-terminated.
+// Pure: golden tested.
+func (n Network) Marshal() ([]byte, error) {
+	out, err := json.MarshalIndent(n, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(out, '\n'), nil
+}
+
+// normalizeMAC spells a 48-bit MAC as vmlane's lease file does (lowercase,
+// colons, two digits an octet), from any common spelling, macOS's octets
+// without leading zeros ("2:0:a:f4:5:7") included.
+func normalizeMAC(s string) (string, bool) {
+	parts := strings.FieldsFunc(s, func(r rune) bool { return r == ':' || r == '-' })
+	if len(parts) != 6 {
+		return "", false
+	}
+	out := make([]string, 6)
+	for i, p := range parts {
+		if len(p) < 1 || len(p) > 2 {
+			return "", false
+		}
+		v, err := strconv.ParseUint(p, 16, 8)
+		if err != nil {
+			return "", false
+		}
+		out[i] = fmt.Sprintf("%02x", v)
+	}
+	return strings.Join(out, ":"), true
+}
+
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().As4()
+	host := ^uint32(0) >> p.Bits()
+	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]) | host
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}

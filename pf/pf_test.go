@@ -1,0 +1,158 @@
+package pf
+
+import (
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// golden compares got with testdata/name, rewriting it under -update.
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if diff := cmp.Diff(string(want), string(got)); diff != "" {
+		t.Errorf("%s (-golden +got):\n%s", path, diff)
+	}
+}
+
+func pfx(s ...string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, x := range s {
+		out = append(out, netip.MustParsePrefix(x))
+	}
+	return out
+}
+
+func TestPFAnchorGolden(t *testing.T) {
+	var b strings.Builder
+	for _, tc := range []struct {
+		name    string
+		pod     netip.Prefix
+		cluster []netip.Prefix
+	}{
+		{"cluster CIDR", netip.MustParsePrefix("10.244.5.0/24"), pfx("10.244.0.0/16")},
+		{"every pod subnet (no --cluster-cidr), IPv6 ones skipped", netip.MustParsePrefix("10.244.5.0/24"), pfx("10.244.0.0/22", "10.244.4.0/23", "fd00:244::/56")},
+		{"IPv6 pod subnet", netip.MustParsePrefix("fd00:244:0:5::/64"), pfx("10.244.0.0/16", "fd00:244::/56")},
+		{"no podCIDR yet", netip.Prefix{}, pfx("10.244.0.0/16")},
+	} {
+		fmt.Fprintf(&b, "## %s\n%s\n", tc.name, RenderAnchor(NoNATRules(tc.pod, tc.cluster)))
+	}
+	golden(t, "anchor.golden", []byte(b.String()))
+}
+
+func TestValidAnchor(t *testing.T) {
+	for _, ok := range []string{"com.apple/vmlane", "com.apple/250.vmlane", "com.apple/vm_lane/v-1"} {
+		if err := ValidAnchor(ok); err != nil {
+			t.Errorf("ValidAnchor(%q) = %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "vmlane", "com.apple", "com.apple/", "com.apple/*", "com.apple//x", "com.apple/a b", "other/vmlane", `com.apple/"x"`} {
+		if err := ValidAnchor(bad); err == nil {
+			t.Errorf("ValidAnchor(%q) accepted", bad)
+		}
+	}
+}
+
+func TestParseShownRules(t *testing.T) {
+	out := "No ALTQ support in kernel\nALTQ related functions disabled\nno nat inet from 10.244.5.0/24 to 10.244.0.0/16\n  nat on en0 inet from 192.168.64.0/24 to any -> (en0) round-robin\n\n"
+	want := []string{"no nat inet from 10.244.5.0/24 to 10.244.0.0/16", "nat on en0 inet from 192.168.64.0/24 to any -> (en0) round-robin"}
+	if diff := cmp.Diff(want, ParseShownRules(out)); diff != "" {
+		t.Error(diff)
+	}
+}
+
+// TestPfctlGolden runs vmlaned's pf life against the recording fake and
+// compares every command and the resulting state with the golden file:
+// enable, load, the no-op passes, a rule change, repairs after someone
+// else's edits, a restart, and teardown.
+func TestPfctlGolden(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "pf.json")
+	f := newFakePfctl()
+	var b strings.Builder
+	step := func(name string, fn func() (string, error)) {
+		f.calls = nil
+		res, err := fn()
+		fmt.Fprintf(&b, "## %s\n", name)
+		for _, c := range f.calls {
+			fmt.Fprintf(&b, "$ %s\n", c)
+		}
+		fmt.Fprintf(&b, "-> %s err=%v\n%s\n", res, err, f)
+	}
+	p, err := New(DefaultAnchor, f, state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := NoNATRules(netip.MustParsePrefix("10.244.5.0/24"), pfx("10.244.0.0/16"))
+	step("enable: a reference of vmlane's own", func() (string, error) { n, err := p.Enable(); return fmt.Sprint("new=", n), err })
+	step("first reconcile loads the anchor", func() (string, error) { c, err := p.Ensure(rules, false); return fmt.Sprint("loaded=", c), err })
+	step("same rules, event pass: no pfctl at all", func() (string, error) { c, err := p.Ensure(rules, false); return fmt.Sprint("loaded=", c), err })
+	step("same rules, resync pass: read back, nothing to load", func() (string, error) { c, err := p.Ensure(rules, true); return fmt.Sprint("loaded=", c), err })
+	wider := NoNATRules(netip.MustParsePrefix("10.244.5.0/24"), pfx("10.244.0.0/16", "10.96.0.0/12"))
+	step("rules change: reloaded whole", func() (string, error) { c, err := p.Ensure(wider, false); return fmt.Sprint("loaded=", c), err })
+	f.anchors[DefaultAnchor] = []string{"no nat inet from 10.244.5.0/24 to 10.244.0.0/16"}
+	step("someone edited the anchor: resync reloads it", func() (string, error) { c, err := p.Ensure(wider, true); return fmt.Sprint("loaded=", c), err })
+	f.refs = nil // pfctl -d: every reference gone
+	step("pf disabled behind vmlane's back: resync takes a new reference", func() (string, error) { c, err := p.Ensure(wider, true); return fmt.Sprint("loaded=", c), err })
+	p2, err := New(DefaultAnchor, f, state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	step("restart: the saved token is still held, no new reference", func() (string, error) { n, err := p2.Enable(); return fmt.Sprint("new=", n), err })
+	step("teardown: flush the anchor only, release the token", func() (string, error) {
+		done, err := Teardown(f, state)
+		return strings.Join(done, "; "), err
+	})
+	if _, err := os.Stat(state); !os.IsNotExist(err) {
+		t.Errorf("state file left after teardown: %v", err)
+	}
+	step("teardown again: nothing left to release", func() (string, error) {
+		done, err := Teardown(f, state)
+		return strings.Join(done, "; "), err
+	})
+	got := b.String()
+	for _, forbidden := range []string{"pfctl -d", "-F all", "pfctl -f /etc/pf.conf", "pfctl -a  "} {
+		if strings.Contains(got, forbidden) {
+			t.Errorf("vmlane ran %q", forbidden)
+		}
+	}
+	golden(t, "pfctl.golden", []byte(got))
+}
+
+func TestPfctlLoadFailureRetried(t *testing.T) {
+	f := newFakePfctl()
+	p, _ := New(DefaultAnchor, f, filepath.Join(t.TempDir(), "pf.json"))
+	rules := NoNATRules(netip.MustParsePrefix("10.244.5.0/24"), pfx("10.244.0.0/16"))
+	f.failOn = "pfctl -a com.apple/vmlane -f -"
+	if _, err := p.Ensure(rules, false); err == nil || !strings.Contains(err.Error(), "loading pf anchor com.apple/vmlane") {
+		t.Fatalf("err = %v", err)
+	}
+	f.failOn = ""
+	// Not marked applied: the next event pass tries again.
+	if loaded, err := p.Ensure(rules, false); !loaded || err != nil {
+		t.Fatalf("retry = %v, %v", loaded, err)
+	}
+}
+
+func TestNewRejectsBadAnchor(t *testing.T) {
+	if _, err := New("vmlane", newFakePfctl(), filepath.Join(t.TempDir(), "pf.json")); err == nil {
+		t.Error("anchor outside com.apple/ accepted")
+	}
+}

@@ -1,0 +1,228 @@
+package pf
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"regexp"
+	"strings"
+)
+
+// DefaultStatePath is where vmlaned keeps its pf state: the anchor it
+// loaded and the token of its pf enable reference, which `vmlanectl
+// teardown` needs to give the reference back.
+const DefaultStatePath = "/var/db/vmlane/pf.json"
+
+// commandRunner runs a system tool, shaped like tailscale's
+// wgengine/router commandRunner: argv[0] is the tool's name, stdin its
+// input. It returns what the tool printed on stdout and stderr together
+// (pfctl prints its enable token on stderr) and an error when the tool
+// could not run or exited non-zero.
+type commandRunner interface {
+	Run(stdin string, argv ...string) (string, error)
+}
+
+// pfState is the pf state file.
+type pfState struct {
+	Version int    `json:"version"`
+	Anchor  string `json:"anchor"`
+	// Token is the pf enable reference vmlaned holds (from pfctl -E).
+	Token string `json:"token,omitempty"`
+}
+
+// PF is vmlane's hold on pf: its anchor and its enable reference.
+type PF struct {
+	anchor    string
+	run       commandRunner
+	statePath string
+	st        pfState
+	// applied is the rule set last loaded or found in place; nil until
+	// then, so the first Ensure always looks at the kernel.
+	applied []string
+}
+
+// New returns vmlane's pf handle for anchor, with the state file at
+// statePath. It reads the state file (a missing one is an empty state) but
+// changes nothing.
+func New(anchor string, r commandRunner, statePath string) (*PF, error) {
+	if err := ValidAnchor(anchor); err != nil {
+		return nil, err
+	}
+	p := &PF{anchor: anchor, run: r, statePath: statePath}
+	st, err := readPFState(statePath)
+	if err != nil {
+		return nil, err
+	}
+	p.st = st
+	p.st.Anchor = anchor
+	return p, nil
+}
+
+// Anchor is the anchor's name.
+func (p *PF) Anchor() string { return p.anchor }
+
+// Token is the enable reference's token ("" before Enable).
+func (p *PF) Token() string { return p.st.Token }
+
+func readPFState(path string) (pfState, error) {
+	var st pfState
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return st, nil
+	}
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(data, &st); err != nil {
+		return st, fmt.Errorf("pf state %s: %w", path, err)
+	}
+	return st, nil
+}
+
+func (p *PF) save() error {
+	p.st.Version = 1
+	data, err := json.MarshalIndent(p.st, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(p.statePath, append(data, '\n'), 0o600)
+}
+
+var tokenRE = regexp.MustCompile(`Token : ([0-9]+)`)
+
+// tokenHeld reports whether `pfctl -s References` output lists token.
+func tokenHeld(refs, token string) bool {
+	if token == "" {
+		return false
+	}
+	for _, line := range strings.Split(refs, "\n") {
+		for _, f := range strings.Fields(line) {
+			if f == token {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Enable makes sure pf is enabled with a reference of vmlane's own: the
+// token saved in the state file if pf still holds it (a restarted
+// vmlaned), a new one from `pfctl -E` otherwise (the first start, or a
+// reboot, which drops every reference). pf stays enabled while any
+// reference is held, so vmlane neither depends on nor disturbs the
+// references of vmnet's Internet Sharing or anyone else. It reports whether
+// it took a new reference.
+func (p *PF) Enable() (bool, error) {
+	if p.st.Token != "" {
+		refs, err := p.run.Run("", "pfctl", "-s", "References")
+		if err != nil {
+			return false, fmt.Errorf("pfctl -s References: %w", err)
+		}
+		if tokenHeld(refs, p.st.Token) {
+			return false, nil
+		}
+	}
+	out, err := p.run.Run("", "pfctl", "-E")
+	if err != nil {
+		return false, fmt.Errorf("pfctl -E: %w", err)
+	}
+	m := tokenRE.FindStringSubmatch(out)
+	if m == nil {
+		return false, fmt.Errorf("pfctl -E printed no token: %q", strings.TrimSpace(out))
+	}
+	p.st.Token = m[1]
+	if err := p.save(); err != nil {
+		// pf is enabled; only the record of the reference is missing, and
+		// teardown cannot release what it does not know of.
+		return true, fmt.Errorf("saving pf token %s: %w", p.st.Token, err)
+	}
+	return true, nil
+}
+
+// Ensure makes the anchor hold exactly rules. Unless full, it trusts that
+// rules it loaded or found before are still there, and costs nothing when
+// they have not changed; a full pass (the resync tick) reads the anchor
+// back with `pfctl -a ANCHOR -s nat`, reloads it when anything differs,
+// and takes the enable reference again if pf lost it (someone ran
+// pfctl -d). It reports whether it loaded the anchor.
+func (p *PF) Ensure(rules []string, full bool) (bool, error) {
+	if rules == nil {
+		rules = []string{}
+	}
+	if !full && p.applied != nil && sameRules(p.applied, rules) {
+		return false, nil
+	}
+	var errs []error
+	if full && p.applied != nil {
+		if _, err := p.Enable(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	shown, err := p.run.Run("", "pfctl", "-a", p.anchor, "-s", "nat")
+	if err == nil && sameRules(ParseShownRules(shown), rules) {
+		p.applied = rules
+		return false, errors.Join(errs...)
+	}
+	// A failed read is no reason not to load: loading replaces the
+	// anchor's ruleset whatever it held.
+	if _, err := p.run.Run(RenderAnchor(rules), "pfctl", "-a", p.anchor, "-f", "-"); err != nil {
+		p.applied = nil
+		errs = append(errs, fmt.Errorf("loading pf anchor %s: %w", p.anchor, err))
+		return false, errors.Join(errs...)
+	}
+	p.applied = rules
+	return true, errors.Join(errs...)
+}
+
+// Teardown undoes what vmlaned did to pf, as recorded in the state file at
+// statePath (DefaultAnchor when there is none): it flushes the anchor's
+// translation and filter rules (with -a, pfctl's flush reaches that anchor
+// only), gives back the enable reference with `pfctl -X TOKEN` if pf still
+// holds it, and removes the state file. pf itself stays as the other
+// references holders want it. It returns one line per thing it did.
+func Teardown(r commandRunner, statePath string) ([]string, error) {
+	st, err := readPFState(statePath)
+	if err != nil {
+		return nil, err
+	}
+	anchor := st.Anchor
+	if anchor == "" {
+		anchor = DefaultAnchor
+	}
+	if err := ValidAnchor(anchor); err != nil {
+		return nil, fmt.Errorf("state file %s: %w", statePath, err)
+	}
+	var done []string
+	var errs []error
+	for _, what := range []string{"nat", "rules"} {
+		if _, err := r.Run("", "pfctl", "-a", anchor, "-F", what); err != nil {
+			errs = append(errs, fmt.Errorf("flushing pf anchor %s (%s): %w", anchor, what, err))
+		}
+	}
+	if len(errs) == 0 {
+		done = append(done, "flushed pf anchor "+anchor)
+	}
+	if st.Token != "" {
+		refs, err := r.Run("", "pfctl", "-s", "References")
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("pfctl -s References: %w", err))
+		case !tokenHeld(refs, st.Token):
+			done = append(done, "pf enable reference "+st.Token+" already gone")
+		default:
+			if _, err := r.Run("", "pfctl", "-X", st.Token); err != nil {
+				errs = append(errs, fmt.Errorf("releasing pf reference %s: %w", st.Token, err))
+			} else {
+				done = append(done, "released pf enable reference "+st.Token)
+			}
+		}
+	}
+	if len(errs) == 0 {
+		if err := os.Remove(statePath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return done, errors.Join(errs...)
+}
