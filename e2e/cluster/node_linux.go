@@ -153,5 +153,5 @@ func (b *logBuffer) String() string {
 	return b.buf.String()
 }
 
-// timeout is how long one CNI call may take on a busy machine.
+// cniTimeout is how long one CNI call may take on a busy machine.
 const cniTimeout = 2 * time.Minute
