@@ -96,15 +96,3 @@ func ParseShownRules(out string) []string {
 	}
 	return rules
 }
-
-func sameRules(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -151,7 +152,7 @@ func (p *PF) Ensure(rules []string, full bool) (bool, error) {
 	if rules == nil {
 		rules = []string{}
 	}
-	if !full && p.applied != nil && sameRules(p.applied, rules) {
+	if !full && p.applied != nil && slices.Equal(p.applied, rules) {
 		return false, nil
 	}
 	var errs []error
@@ -161,7 +162,7 @@ func (p *PF) Ensure(rules []string, full bool) (bool, error) {
 		}
 	}
 	shown, err := p.run.Run("", "pfctl", "-a", p.anchor, "-s", "nat")
-	if err == nil && sameRules(ParseShownRules(shown), rules) {
+	if err == nil && slices.Equal(ParseShownRules(shown), rules) {
 		p.applied = rules
 		return false, errors.Join(errs...)
 	}
