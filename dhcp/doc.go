@@ -54,6 +54,8 @@
 // guests costs one fsync per batch, not per guest. Lookups, which every
 // DISCOVER and REQUEST starts with, read the file without the lock
 // (NewStoreAllocator), learn of the CNI plugin's writes by inotify on the
-// lease folder ([StoreAllocator.Watch]) and parse the file again only when
-// its inode, size or mtime changed.
+// lease folder ([StoreAllocator.Watch]), read the file again only when its
+// inode, size or mtime changed, and decode it only when its bytes differ
+// from what the store itself last read or wrote (leases.Store.Snapshot):
+// in practice, only after another process wrote.
 package dhcp

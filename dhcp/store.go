@@ -33,11 +33,13 @@ var _ Allocator = StoreAllocator{}
 
 // NewStoreAllocator returns a StoreAllocator whose lookups (every DISCOVER
 // and REQUEST starts with one) read the lease file without its lock and
-// parse it again only when it changed, and whose binds (every ACK) share
-// transactions when they arrive together. Call [StoreAllocator.Watch] to
-// learn of changes by inotify instead of a stat per lookup.
+// parse it again only when another process changed it (after the server's
+// own writes, [leases.Store.Snapshot] reuses what the store wrote), and
+// whose binds (every ACK) share transactions when they arrive together.
+// Call [StoreAllocator.Watch] to learn of changes by inotify instead of a
+// stat per lookup.
 func NewStoreAllocator(s *leases.Store) StoreAllocator {
-	return StoreAllocator{Store: s, cache: &lookupCache{}, binds: &groupCommit{store: s}}
+	return StoreAllocator{Store: s, cache: &lookupCache{read: s.Snapshot}, binds: &groupCommit{store: s}}
 }
 
 // Watch keeps the lookup cache fresh by change notification on the lease
@@ -95,6 +97,12 @@ func (a StoreAllocator) Lookup(mac net.HardwareAddr) (l leases.Lease, ok bool, e
 // see a whole file), and a stale answer is harmless: every change a reply
 // depends on is made again under the lock (Allocate, Bind), which checks.
 type lookupCache struct {
+	// read reads the file: leases.Store.Snapshot, which skips the parse
+	// when the file is the one the store last wrote (the server's own
+	// previous bind, the common case), so the cache costs a decode only
+	// when another process wrote.
+	read func() (*leases.Snapshot, error)
+
 	// watched: a watcher sets dirty on every change, so a clean cache
 	// younger than maxTrust needs no stat.
 	watched, dirty atomic.Bool
@@ -155,7 +163,7 @@ func (c *lookupCache) refreshLocked(path string) error {
 	if c.valid && id == c.id {
 		return nil
 	}
-	snap, err := leases.Read(path)
+	snap, err := c.read()
 	if err != nil {
 		c.byMAC, c.valid = nil, false
 		return err

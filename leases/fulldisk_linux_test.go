@@ -81,4 +81,13 @@ func fullDiskChild(t *testing.T) {
 	if _, err := Read(s.Path()); err != nil {
 		t.Fatal(err)
 	}
+	// The failed write left nothing in memory: the next operation reads
+	// the file on disk (the old one) and decodes it.
+	n := s.decodes()
+	if ls, err := s.List(); err != nil || len(ls) != 20 {
+		t.Fatalf("after the failed write the store lists %d leases (%v), want the 20 on disk", len(ls), err)
+	}
+	if s.decodes() != n+1 {
+		t.Errorf("after a failed write the store served its cache instead of decoding the file")
+	}
 }

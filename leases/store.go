@@ -30,10 +30,12 @@ var (
 	ErrConflict = errors.New("conflicts with existing lease")
 )
 
-// Store is the writers' view of a lease file. It keeps no lease state in
+// Store is the writers' view of a lease file. It trusts no lease state in
 // memory: every operation reads the file under the lock, so any number of
 // processes (one per CNI call, the DHCP server, vmlanectl) can share a file.
-// A Store is safe for concurrent use.
+// It only remembers the last version of the file it decoded or wrote, to
+// skip the decode when the bytes it reads are those again. A Store is safe
+// for concurrent use.
 type Store struct {
 	path     string
 	lockPath string
@@ -41,6 +43,7 @@ type Store struct {
 	gateway  netip.Addr
 	node     string
 	now      func() time.Time
+	cache    parseCache
 }
 
 // Option configures a Store.
@@ -160,20 +163,22 @@ func (s *Store) View(fn func(tx *Tx) error) error {
 	return fn(&Tx{f: f, s: s, now: normTime(s.now()), readOnly: true})
 }
 
-// loadLocked reads the file; the caller holds the file lock. A missing file
-// is an empty one. A file of another subnet is adopted only when it holds no
-// lease, so a podCIDR change never silently drops live leases.
+// loadLocked reads the file and returns a copy the caller may change; the
+// caller holds the file lock. A missing file is an empty one. A file of
+// another subnet is adopted only when it holds no lease, so a podCIDR
+// change never silently drops live leases.
 func (s *Store) loadLocked() (*File, error) {
-	data, err := os.ReadFile(s.path)
+	data, f, err := s.cache.read(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return &File{Version: Version, Node: s.node, Subnet: s.subnet, Gateway: s.gateway}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading lease file %s: %w", s.path, err)
 	}
-	f, err := decodeOwned(data)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v (the store will not write over it; move it aside to start afresh)", ErrCorrupt, s.path, err)
+	if f == nil {
+		if f, err = s.cache.decode(data); err != nil {
+			return nil, fmt.Errorf("%w: %s: %v (the store will not write over it; move it aside to start afresh)", ErrCorrupt, s.path, err)
+		}
 	}
 	if f.Subnet != s.subnet {
 		if len(f.Leases) > 0 {
@@ -188,16 +193,50 @@ func (s *Store) loadLocked() (*File, error) {
 	return f, nil
 }
 
+// writeLocked writes f, which it takes over: the cache keeps it as the
+// decode of what was written. The caller holds the file lock.
 func (s *Store) writeLocked(f *File) error {
 	data, err := f.Encode()
 	if err != nil {
+		s.cache.clear()
 		return fmt.Errorf("encoding lease file: %w", err)
 	}
 	if err := writeFileAtomic(s.path, data, 0o644); err != nil {
+		// The file holds the old bytes or, if only the folder's fsync
+		// failed, the new ones: either way the next read decodes it.
+		s.cache.clear()
 		s.removeStaleTempsLocked()
 		return fmt.Errorf("writing lease file: %w", err)
 	}
+	s.cache.wrote(data, f)
 	return nil
+}
+
+// Snapshot reads the store's file without the lock, as [Read] does, and
+// returns what Read would. When the file's bytes are those this Store last
+// wrote or decoded, it skips the decode: a process that is the file's main
+// writer (the DHCP server) then pays for a parse only when another process
+// wrote. The snapshot is the caller's own: changing it changes nothing in
+// the store.
+func (s *Store) Snapshot() (*Snapshot, error) {
+	data, f, err := s.cache.read(s.path)
+	if err != nil {
+		return nil, fmt.Errorf("lease file %s: %w", s.path, err)
+	}
+	if f == nil {
+		if isBootpd(data) {
+			// Not a file a Store writes; read it as Read would.
+			snap, err := parse(data)
+			if err != nil {
+				return nil, fmt.Errorf("lease file %s: %w", s.path, err)
+			}
+			return snap, nil
+		}
+		if f, err = s.cache.decode(data); err != nil {
+			return nil, fmt.Errorf("lease file %s: %w", s.path, err)
+		}
+	}
+	return NewSnapshot(*f), nil
 }
 
 // removeStaleTempsLocked deletes temp files that writers killed mid-write
