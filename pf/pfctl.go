@@ -52,7 +52,7 @@ func New(anchor string, r commandRunner, statePath string) (*PF, error) {
 		return nil, err
 	}
 	p := &PF{anchor: anchor, run: r, statePath: statePath}
-	st, err := readPFState(statePath)
+	st, err := readState[pfState](statePath, "pf")
 	if err != nil {
 		return nil, err
 	}
@@ -66,21 +66,6 @@ func (p *PF) Anchor() string { return p.anchor }
 
 // Token is the enable reference's token ("" before Enable).
 func (p *PF) Token() string { return p.st.Token }
-
-func readPFState(path string) (pfState, error) {
-	var st pfState
-	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return st, nil
-	}
-	if err != nil {
-		return st, err
-	}
-	if err := json.Unmarshal(data, &st); err != nil {
-		return st, fmt.Errorf("pf state %s: %w", path, err)
-	}
-	return st, nil
-}
 
 func (p *PF) save() error {
 	p.st.Version = 1
@@ -184,7 +169,7 @@ func (p *PF) Ensure(rules []string, full bool) (bool, error) {
 // holds it, and removes the state file. pf itself stays as the other
 // references holders want it. It returns one line per thing it did.
 func Teardown(r commandRunner, statePath string) ([]string, error) {
-	st, err := readPFState(statePath)
+	st, err := readState[pfState](statePath, "pf")
 	if err != nil {
 		return nil, err
 	}

@@ -28,21 +28,6 @@ type vmnetState struct {
 	NetworkFile string `json:"networkFile,omitempty"`
 }
 
-func readVmnetState(path string) (vmnetState, error) {
-	var st vmnetState
-	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return st, nil
-	}
-	if err != nil {
-		return st, err
-	}
-	if err := json.Unmarshal(data, &st); err != nil {
-		return st, fmt.Errorf("vmnet state %s: %w", path, err)
-	}
-	return st, nil
-}
-
 func saveVmnetState(path string, st vmnetState) error {
 	st.Version = 1
 	data, err := json.MarshalIndent(st, "", "  ")
@@ -92,7 +77,7 @@ func ApplyPlist(path, statePath string, subnet netip.Prefix) (bool, error) {
 	if !changed {
 		return false, nil
 	}
-	st, err := readVmnetState(statePath)
+	st, err := readState[vmnetState](statePath, "vmnet")
 	if err != nil {
 		return false, err
 	}
@@ -122,7 +107,7 @@ func WriteNetworkFile(path, statePath string, n Network) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	st, err := readVmnetState(statePath)
+	st, err := readState[vmnetState](statePath, "vmnet")
 	if err != nil {
 		return false, err
 	}
@@ -149,7 +134,7 @@ func WriteNetworkFile(path, statePath string, n Network) (bool, error) {
 // says so; the network description is removed; then the state file. It
 // returns one line per thing it did or left.
 func RestoreVmnet(statePath string) ([]string, error) {
-	st, err := readVmnetState(statePath)
+	st, err := readState[vmnetState](statePath, "vmnet")
 	if err != nil {
 		return nil, err
 	}
