@@ -23,11 +23,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/vmlane/vmlane/leases"
 	"github.com/vmlane/vmlane/pf"
@@ -35,13 +31,8 @@ import (
 )
 
 func run(ctx context.Context, c *config, log *slog.Logger) error {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	h := &health{start: time.Now(), window: 3 * c.Resync}
-	if err := serve(ctx, c.HealthAddr, h.mux(), log); err != nil {
-		return err
-	}
-	if err := serve(ctx, c.MetricsAddr, metricsHandler(reg), log); err != nil {
+	reg, h, err := endpoints(ctx, c, log)
+	if err != nil {
 		return err
 	}
 	version, err := pf.ProductVersion()
@@ -72,28 +63,16 @@ func run(ctx context.Context, c *config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	cidrs, err := waitForPodCIDRs(ctx, client, c.NodeName, log)
+	v4, err := waitForIPv4PodCIDR(ctx, client, c.NodeName, log, "vmnet's shared network is IPv4")
 	if err != nil {
 		return err
-	}
-	var v4 netip.Prefix
-	for _, p := range cidrs {
-		if p.Addr().Is4() {
-			v4 = p
-			break
-		}
-	}
-	if !v4.IsValid() {
-		return fmt.Errorf("node %s has no IPv4 podCIDR (%v): vmnet's shared network is IPv4", c.NodeName, cidrs)
 	}
 	if err := v.configure(v4); err != nil {
 		return err
 	}
 
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	defer broadcaster.Shutdown()
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "vmlaned", Host: c.NodeName})
+	recorder, stopEvents := eventRecorder(ctx, client, c.NodeName)
+	defer stopEvents()
 
 	table, err := routes.NewBSDTable(routes.DefaultBSDStatePath, c.RouteProtocol)
 	if err != nil {
@@ -110,13 +89,7 @@ func run(ctx context.Context, c *config, log *slog.Logger) error {
 	} else if fresh {
 		log.Info("pf enabled with a reference of vmlane's", "token", p.Token())
 	}
-	ctrl := routes.NewAnchorController(client, table, routes.NewPFBackend(p), recorder, routes.NewMetrics(reg), log.With("component", "routes"), routes.Options{
-		NodeName:         c.NodeName,
-		NodeIPAnnotation: c.NodeIPAnnotation,
-		ClusterCIDRs:     c.ClusterCIDRs,
-		Protocol:         c.RouteProtocol,
-		Resync:           c.Resync,
-	})
+	ctrl := routes.NewAnchorController(client, table, routes.NewPFBackend(p), recorder, routes.NewMetrics(reg), log.With("component", "routes"), routeOptions(c))
 	h.lastOK = ctrl.LastSuccess
 	if err := routes.WatchDeletes(c.RouteProtocol, ctx.Done(), ctrl.Trigger); err != nil {
 		log.Warn("no route-delete events; lost routes come back at the next resync", "err", err)

@@ -9,13 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/tools/record"
-
 	"github.com/vmlane/vmlane/internal/bridge"
 	"github.com/vmlane/vmlane/leases"
 	"github.com/vmlane/vmlane/plugin"
@@ -23,8 +16,6 @@ import (
 )
 
 func run(ctx context.Context, c *config, log *slog.Logger) error {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// First, so a second vmlaned on this bridge says so, not that a port
 	// is taken.
 	lock, err := lockBridge(c.LeaseFile, c.Bridge)
@@ -32,11 +23,8 @@ func run(ctx context.Context, c *config, log *slog.Logger) error {
 		return err
 	}
 	defer lock.Close() // held, and kept reachable, until run returns
-	h := &health{start: time.Now(), window: 3 * c.Resync}
-	if err := serve(ctx, c.HealthAddr, h.mux(), log); err != nil {
-		return err
-	}
-	if err := serve(ctx, c.MetricsAddr, metricsHandler(reg), log); err != nil {
+	reg, h, err := endpoints(ctx, c, log)
+	if err != nil {
 		return err
 	}
 
@@ -58,19 +46,9 @@ func run(ctx context.Context, c *config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	cidrs, err := waitForPodCIDRs(ctx, client, c.NodeName, log)
+	v4, err := waitForIPv4PodCIDR(ctx, client, c.NodeName, log, "VM pods get their address by DHCPv4")
 	if err != nil {
 		return err
-	}
-	var v4 netip.Prefix
-	for _, p := range cidrs {
-		if p.Addr().Is4() {
-			v4 = p
-			break
-		}
-	}
-	if !v4.IsValid() {
-		return fmt.Errorf("node %s has no IPv4 podCIDR (%v): VM pods get their address by DHCPv4", c.NodeName, cidrs)
 	}
 	if c.DHCPRangeText != "" {
 		p, err := leases.ParsePool(c.DHCPRangeText, v4)
@@ -87,10 +65,8 @@ func run(ctx context.Context, c *config, log *slog.Logger) error {
 		return err
 	}
 
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	defer broadcaster.Shutdown()
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "vmlaned", Host: c.NodeName})
+	recorder, stopEvents := eventRecorder(ctx, client, c.NodeName)
+	defer stopEvents()
 
 	ipt4, err := routes.NewIPTables(false)
 	if err != nil {
@@ -101,14 +77,7 @@ func run(ctx context.Context, c *config, log *slog.Logger) error {
 		log.Warn("ip6tables unusable; IPv6 pod traffic gets no vmlane rules", "err", err)
 		ipt6 = nil
 	}
-	ctrl := routes.NewController(client, routes.NewKernelTable(), ipt4, ipt6, recorder, routes.NewMetrics(reg), log.With("component", "routes"), routes.Options{
-		NodeName:         c.NodeName,
-		NodeIPAnnotation: c.NodeIPAnnotation,
-		ClusterCIDRs:     c.ClusterCIDRs,
-		Masquerade:       c.Masquerade,
-		Protocol:         c.RouteProtocol,
-		Resync:           c.Resync,
-	})
+	ctrl := routes.NewController(client, routes.NewKernelTable(), ipt4, ipt6, recorder, routes.NewMetrics(reg), log.With("component", "routes"), routeOptions(c))
 	h.lastOK = ctrl.LastSuccess
 	if err := routes.WatchDeletes(c.RouteProtocol, ctx.Done(), ctrl.Trigger); err != nil {
 		log.Warn("no route-delete events; lost routes come back at the next resync", "err", err)

@@ -11,11 +11,16 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/vmlane/vmlane/routes"
 )
@@ -35,6 +40,21 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 	}
 	cfg.UserAgent = "vmlaned/" + version
 	return kubernetes.NewForConfig(cfg)
+}
+
+// waitForIPv4PodCIDR waits for the node's podCIDRs and returns its IPv4
+// one; a node with none fails with why (what needs IPv4 on this system).
+func waitForIPv4PodCIDR(ctx context.Context, client kubernetes.Interface, name string, log *slog.Logger, why string) (netip.Prefix, error) {
+	cidrs, err := waitForPodCIDRs(ctx, client, name, log)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	for _, p := range cidrs {
+		if p.Addr().Is4() {
+			return p, nil
+		}
+	}
+	return netip.Prefix{}, fmt.Errorf("node %s has no IPv4 podCIDR (%v): %s", name, cidrs, why)
 }
 
 // waitForPodCIDRs polls the node until the node IPAM controller has given
@@ -88,4 +108,40 @@ func setNetworkCondition(ctx context.Context, client kubernetes.Interface, name 
 	// own conditions stay.
 	_, err := client.CoreV1().Nodes().PatchStatus(ctx, name, patch)
 	return err
+}
+
+// endpoints starts /healthz, /readyz and /metrics for a daemon and returns
+// the metrics registry (with the Go and process collectors) and the health
+// state the daemon updates.
+func endpoints(ctx context.Context, c *config, log *slog.Logger) (*prometheus.Registry, *health, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	h := &health{start: time.Now(), window: 3 * c.Resync}
+	if err := serve(ctx, c.HealthAddr, h.mux(), log); err != nil {
+		return nil, nil, err
+	}
+	if err := serve(ctx, c.MetricsAddr, metricsHandler(reg), log); err != nil {
+		return nil, nil, err
+	}
+	return reg, h, nil
+}
+
+// eventRecorder records Events as vmlaned on node; stop flushes and ends
+// the broadcaster.
+func eventRecorder(ctx context.Context, client kubernetes.Interface, node string) (rec record.EventRecorder, stop func()) {
+	b := record.NewBroadcaster(record.WithContext(ctx))
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	return b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "vmlaned", Host: node}), b.Shutdown
+}
+
+// routeOptions are the route controller's options from the flags.
+func routeOptions(c *config) routes.Options {
+	return routes.Options{
+		NodeName:         c.NodeName,
+		NodeIPAnnotation: c.NodeIPAnnotation,
+		ClusterCIDRs:     c.ClusterCIDRs,
+		Masquerade:       c.Masquerade,
+		Protocol:         c.RouteProtocol,
+		Resync:           c.Resync,
+	}
 }
