@@ -24,7 +24,9 @@ const (
 // replies after it returns, so an ACK never names an address the store
 // could lose. [StoreAllocator] adapts a *leases.Store.
 type Allocator interface {
-	// Lookup returns the live (not declined) lease of mac.
+	// Lookup returns the live (not declined) lease of mac. When mac has
+	// none but a quarantined (declined) one, it may return that with ok
+	// false, so the server can tell why it stays silent.
 	Lookup(mac net.HardwareAddr) (leases.Lease, bool, error)
 	// Allocate returns mac's lease, or holds a new dynamic (SourceDHCP)
 	// address for it from pool until holdUntil: want if it is free and in

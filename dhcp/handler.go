@@ -156,6 +156,9 @@ func (h *Handler) discover(req *dhcpv4.DHCPv4) (*dhcpv4.DHCPv4, error) {
 		return nil, err
 	}
 	if !ok {
+		if l.State == leases.StateDeclined && h.cfg.DynamicRange == nil {
+			return h.dropped(DropDeclined, req, "the MAC's reserved address "+l.IP.String()+" is quarantined after a DECLINE until "+l.Expires.Format(time.RFC3339))
+		}
 		if h.cfg.DynamicRange == nil {
 			return h.dropped(DropUnknownMAC, req, "no reservation for this MAC and no dynamic range")
 		}

@@ -20,6 +20,7 @@ const (
 	DropStoreError  = "store_error"    // the lease store failed: no reply rather than an unpersisted one
 	DropUnsupported = "unsupported"    // a message type a server does not handle
 	DropExhausted   = "pool_exhausted" // the dynamic range has no free address
+	DropDeclined    = "declined"       // the MAC's reserved address is quarantined after its DECLINE
 )
 
 // Reasons for a DHCPNAK, passed to [Hooks.NAK].

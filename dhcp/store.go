@@ -80,16 +80,34 @@ func (a StoreAllocator) Watch(ctx context.Context) error {
 }
 
 // Lookup returns the live (not declined) lease of mac, expired or not: a
-// lapsed binding of a CNI reservation is still the MAC's address.
+// lapsed binding of a CNI reservation is still the MAC's address. With no
+// live lease but a quarantined one, it returns that, ok false.
 func (a StoreAllocator) Lookup(mac net.HardwareAddr) (l leases.Lease, ok bool, err error) {
 	if a.cache != nil {
 		return a.cache.lookup(a.Store.Path(), mac.String())
 	}
 	err = a.Store.View(func(tx *leases.Tx) error {
-		l, ok = tx.ByMAC(mac.String())
+		if l, ok = tx.ByMAC(mac.String()); ok {
+			return nil
+		}
+		l = quarantined(tx.Leases(), mac.String())
 		return nil
 	})
 	return l, ok, err
+}
+
+// quarantined returns the declined lease of mac among ls, zero if none.
+func quarantined(ls []leases.Lease, mac string) leases.Lease {
+	m, err := leases.NormalizeMAC(mac)
+	if err != nil {
+		return leases.Lease{}
+	}
+	for _, l := range ls {
+		if l.MAC == m && l.State == leases.StateDeclined {
+			return l
+		}
+	}
+	return leases.Lease{}
 }
 
 // lookupCache is the last parse of the lease file, keyed by the file's
@@ -107,11 +125,13 @@ type lookupCache struct {
 	// younger than maxTrust needs no stat.
 	watched, dirty atomic.Bool
 
-	mu      sync.Mutex
-	id      fileID                  // guarded by mu
-	byMAC   map[string]leases.Lease // live leases of the file; guarded by mu
-	valid   bool                    // guarded by mu
-	checked time.Time               // last stat; guarded by mu
+	mu sync.Mutex
+	id fileID // guarded by mu
+	// byMAC holds each MAC's live lease or, when it has none, its
+	// declined one. Guarded by mu.
+	byMAC   map[string]leases.Lease
+	valid   bool      // guarded by mu
+	checked time.Time // last stat; guarded by mu
 }
 
 // maxTrust is how long a watched cache is believed without a stat.
@@ -130,15 +150,15 @@ func (c *lookupCache) lookup(path, mac string) (leases.Lease, bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.valid && c.watched.Load() && !c.dirty.Load() && time.Since(c.checked) < maxTrust {
-		if l, ok := c.byMAC[m]; ok {
+		if l, ok := c.byMAC[m]; ok && l.State != leases.StateDeclined {
 			return l, true, nil
 		}
 	}
 	if err := c.refreshLocked(path); err != nil {
 		return leases.Lease{}, false, err
 	}
-	l, ok := c.byMAC[m]
-	return l, ok, nil
+	l := c.byMAC[m]
+	return l, l.MAC != "" && l.State != leases.StateDeclined, nil
 }
 
 // refreshLocked re-reads the file when its identity changed. The dirty
@@ -172,6 +192,11 @@ func (c *lookupCache) refreshLocked(path string) error {
 	for _, l := range snap.Leases() {
 		if l.MAC != "" && l.State != leases.StateDeclined {
 			byMAC[l.MAC] = l
+		}
+	}
+	for _, l := range snap.Leases() {
+		if _, live := byMAC[l.MAC]; l.MAC != "" && !live {
+			byMAC[l.MAC] = l // declined: said why, never served
 		}
 	}
 	c.byMAC, c.id, c.valid = byMAC, id, true

@@ -100,6 +100,32 @@ func TestWithStore(t *testing.T) {
 	}
 }
 
+// TestDeclinedReservationSaysWhy: after a CNI reservation's DECLINE the
+// MAC's DISCOVERs get no answer, counted as "declined", not as a MAC the
+// server knows nothing of.
+func TestDeclinedReservationSaysWhy(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "leases.json")
+	st, err := leases.Open(path, netip.MustParsePrefix("10.98.0.0/24"), serverIP, leases.WithClock(func() time.Time { return t0 }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Reserve(leases.ReserveRequest{Key: leases.Key{ContainerID: "c1", IfName: "eth0"}, MAC: cniMAC.String(), IP: cniIP}); err != nil {
+		t.Fatal(err)
+	}
+	for name, a := range map[string]StoreAllocator{"cached": NewStoreAllocator(st), "locked": {Store: st}} {
+		t.Run(name, func(t *testing.T) {
+			h, d := newTestHandler(t, testConfig(), a)
+			handle(t, h, decline(t, cniMAC, cniIP))
+			if reply := handle(t, h, discover(t, cniMAC)); reply != nil {
+				t.Fatalf("OFFER for a quarantined reservation: %v", reply)
+			}
+			if len(d.drop) == 0 || d.drop[len(d.drop)-1] != DropDeclined {
+				t.Errorf("drop reasons %v, want the last to be %q", d.drop, DropDeclined)
+			}
+		})
+	}
+}
+
 // TestLookupCacheFollowsTheFile: the cached lookup sees every change a
 // writer (here the CNI plugin's side, through the store) makes, and answers
 // like the locked lookup: declined leases are not the MAC's, a lapsed
