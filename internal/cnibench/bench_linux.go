@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/vmlane/vmlane/internal/benchns"
 	"github.com/vmlane/vmlane/leases"
 )
 
@@ -117,11 +118,11 @@ type bench struct {
 	dir  string
 	cni  *libcni.CNIConfig
 	list *libcni.NetworkConfigList
-	node *netNS
-	pods []*netNS
+	node *benchns.NS
+	pods []*benchns.NS
 }
 
-func newBench(ctx context.Context, t target, tmp, binDir string, nss *nsSet, pool int) (*bench, error) {
+func newBench(ctx context.Context, t target, tmp, binDir string, nss *benchns.Run, pool int) (*bench, error) {
 	dir, err := os.MkdirTemp(tmp, t.name+"-")
 	if err != nil {
 		return nil, err
@@ -140,11 +141,11 @@ func newBench(ctx context.Context, t target, tmp, binDir string, nss *nsSet, poo
 		cni:    libcni.NewCNIConfigWithCacheDir([]string{binDir}, filepath.Join(dir, "cache"), nil),
 		list:   list,
 	}
-	if b.node, err = nss.create(ctx, "node"); err != nil {
+	if b.node, err = nss.Create(ctx, "node"); err != nil {
 		return nil, err
 	}
 	for range pool {
-		pod, err := nss.create(ctx, "pod")
+		pod, err := nss.Create(ctx, "pod")
 		if err != nil {
 			return nil, err
 		}
@@ -156,10 +157,10 @@ func newBench(ctx context.Context, t target, tmp, binDir string, nss *nsSet, poo
 // iterate runs one ADD and then one DEL of attachment id in pod and times
 // each around its libcni call only. Both run from one thread switched into
 // the node namespace once.
-func (b *bench) iterate(ctx context.Context, id string, pod *netNS) (add, del time.Duration, err error) {
+func (b *bench) iterate(ctx context.Context, id string, pod *benchns.NS) (add, del time.Duration, err error) {
 	rt := &libcni.RuntimeConf{
 		ContainerID: id,
-		NetNS:       pod.path,
+		NetNS:       pod.Path,
 		IfName:      "eth0",
 		Args: [][2]string{
 			{"IgnoreUnknown", "1"},
@@ -168,7 +169,7 @@ func (b *bench) iterate(ctx context.Context, id string, pod *netNS) (add, del ti
 			{"K8S_POD_UID", "uid-" + id},
 		},
 	}
-	err = b.node.do(func() error {
+	err = b.node.Do(func() error {
 		start := time.Now()
 		if _, err := b.cni.AddNetworkList(ctx, b.list, rt); err != nil {
 			return fmt.Errorf("%s: ADD %s: %w", b.name, id, err)
@@ -222,18 +223,18 @@ func (b *bench) leftovers(ctx context.Context) error {
 	} else if len(held) > 0 {
 		errs = append(errs, fmt.Errorf("%d addresses still held: %v", len(held), held))
 	}
-	links, err := b.node.links(ctx)
+	links, err := b.node.Links(ctx)
 	if err != nil {
 		errs = append(errs, err)
 	} else if links = slices.DeleteFunc(links, func(l string) bool { return l == "lo" || l == b.bridge }); len(links) > 0 {
 		errs = append(errs, fmt.Errorf("links left in the node namespace: %v", links))
 	}
 	for _, pod := range b.pods {
-		links, err := pod.links(ctx)
+		links, err := pod.Links(ctx)
 		if err != nil {
 			errs = append(errs, err)
 		} else if len(links) != 1 || links[0] != "lo" {
-			errs = append(errs, fmt.Errorf("links left in %s: %v", pod.name, links))
+			errs = append(errs, fmt.Errorf("links left in %s: %v", pod.Name, links))
 		}
 	}
 	cached, err := os.ReadDir(filepath.Join(b.dir, "cache", "results"))

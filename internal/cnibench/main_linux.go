@@ -7,11 +7,21 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"os/signal"
 	"path/filepath"
-	"syscall"
+
+	"github.com/vmlane/vmlane/internal/benchns"
 )
+
+// names are cnibench's namespaces, vmlb-<pid>-<n>-<tag>, and temp
+// folders, cnibench-<pid>-*; netnstest's are vmlt- and dhcpbench's
+// vmlbench-, so no sweep of one ever takes another's.
+var names = benchns.Names{
+	NSPrefix:  "vmlb-",
+	TmpPrefix: "cnibench-",
+	Tag:       "cnibench",
+	Runs:      "CNI plugins",
+	Numbered:  true,
+}
 
 // config is the command line.
 type config struct {
@@ -39,53 +49,31 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: cnibench -vmlane BIN/vmlane -ref DIR [-n 150] [-concurrency 16] [-warmup 5] [-rounds 4]")
 		os.Exit(2)
 	}
-	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "cnibench: must run as root: it creates network namespaces and runs CNI plugins in them (try sudo make bench)")
-		os.Exit(1)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	go func() {
-		// After the first signal the default action returns, so a second
-		// one kills at once; the next run sweeps what that leaves.
-		<-ctx.Done()
-		stop()
-	}()
-	if err := run(ctx, cfg, os.Stdout, os.Stderr); err != nil {
-		if ctx.Err() != nil {
-			err = fmt.Errorf("interrupted: %w", err)
-		}
-		fmt.Fprintln(os.Stderr, "cnibench:", err)
-		os.Exit(1)
-	}
+	names.Main(func(ctx context.Context) error { return run(ctx, cfg, os.Stdout, os.Stderr) })
 }
 
 // run measures every target and prints the tables to out, progress to log.
 // Whatever way it returns, it removes its namespaces and temp folder first.
 func run(ctx context.Context, cfg config, out, log io.Writer) (err error) {
-	if _, err := exec.LookPath("ip"); err != nil {
-		return errors.New("needs ip (iproute2) on PATH")
-	}
-	sweepStale(log)
-	tmp, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", tmpPrefix, os.Getpid()))
+	r, err := benchns.Start(names, log)
 	if err != nil {
 		return err
 	}
-	nss := &nsSet{}
 	defer func() {
-		cerr := cleanup(nss, tmp)
+		cerr := r.Close()
 		if cerr == nil {
 			fmt.Fprintln(log, "cnibench: cleaned up: no namespace or temp file left")
 		}
 		err = errors.Join(err, cerr)
 	}()
+	tmp := r.Tmp()
 	binDir, err := linkPlugins(tmp, cfg)
 	if err != nil {
 		return err
 	}
 	var benches []*bench
 	for _, t := range targets() {
-		b, err := newBench(ctx, t, tmp, binDir, nss, cfg.concurrency)
+		b, err := newBench(ctx, t, tmp, binDir, r, cfg.concurrency)
 		if err != nil {
 			return err
 		}
@@ -115,32 +103,13 @@ func linkPlugins(tmp string, cfg config) (string, error) {
 		"bridge":     filepath.Join(cfg.ref, "bridge"),
 		"host-local": filepath.Join(cfg.ref, "host-local"),
 	} {
-		abs, err := filepath.Abs(src)
+		abs, err := benchns.Executable(src, "plugin binary")
 		if err != nil {
 			return "", err
-		}
-		fi, err := os.Stat(abs)
-		if err != nil {
-			return "", fmt.Errorf("plugin binary: %w", err)
-		}
-		if !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
-			return "", fmt.Errorf("plugin binary %s is not an executable file", src)
 		}
 		if err := os.Symlink(abs, filepath.Join(dir, name)); err != nil {
 			return "", err
 		}
 	}
 	return dir, nil
-}
-
-// cleanup removes the namespaces and temp folder, then checks that none of
-// this process's namespaces is left.
-func cleanup(nss *nsSet, tmp string) error {
-	errs := []error{nss.removeAll(), os.RemoveAll(tmp)}
-	left, err := ownNamespaces()
-	errs = append(errs, err)
-	if len(left) > 0 {
-		errs = append(errs, fmt.Errorf("namespaces left: %v", left))
-	}
-	return errors.Join(errs...)
 }

@@ -4,9 +4,10 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"slices"
 	"text/tabwriter"
 	"time"
+
+	"github.com/vmlane/vmlane/internal/benchstat"
 )
 
 // series is the latencies of one operation of one target in one mode.
@@ -19,15 +20,10 @@ type series struct {
 }
 
 // quantile is the nearest-rank q-quantile (0 < q ≤ 1): the smallest
-// latency that at least q of the samples do not exceed.
+// latency that at least q of the samples do not exceed; 0 of none.
 func (s series) quantile(q float64) time.Duration {
-	if len(s.Lat) == 0 {
-		return 0
-	}
-	sorted := slices.Clone(s.Lat)
-	slices.Sort(sorted)
-	rank := int(math.Ceil(q * float64(len(sorted))))
-	return sorted[min(max(rank, 1), len(sorted))-1]
+	d, _ := benchstat.Quantile(s.Lat, 0, q)
+	return d
 }
 
 // opsPerSec is n / (Σ latency / workers): 1 / mean latency when

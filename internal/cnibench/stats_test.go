@@ -8,38 +8,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// msSeq returns latencies of 1ms, 2ms, … n ms, shuffled so that quantile
-// must sort them.
-func msSeq(n int) []time.Duration {
-	out := make([]time.Duration, n)
-	for i := range out {
-		out[i] = time.Duration((i*7)%n+1) * time.Millisecond
-	}
-	return out
-}
-
-func TestQuantile(t *testing.T) {
-	for _, tc := range []struct {
-		n    int
-		q    float64
-		want time.Duration
-	}{
-		{n: 1, q: 0.50, want: 1 * time.Millisecond},
-		{n: 1, q: 0.99, want: 1 * time.Millisecond},
-		{n: 2, q: 0.50, want: 1 * time.Millisecond},
-		{n: 100, q: 0.50, want: 50 * time.Millisecond},
-		{n: 100, q: 0.99, want: 99 * time.Millisecond},
-		{n: 200, q: 0.99, want: 198 * time.Millisecond},
-		{n: 50, q: 0.99, want: 50 * time.Millisecond},
-		{n: 0, q: 0.50, want: 0},
-	} {
-		s := series{Lat: msSeq(tc.n)}
-		if got := s.quantile(tc.q); got != tc.want {
-			t.Errorf("quantile(%v) of %d samples = %v, want %v", tc.q, tc.n, got, tc.want)
-		}
-	}
-}
-
 func TestOpsPerSec(t *testing.T) {
 	lat := []time.Duration{10 * time.Millisecond, 30 * time.Millisecond} // mean 20ms
 	for _, tc := range []struct {

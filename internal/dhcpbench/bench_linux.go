@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/vmlane/vmlane/internal/benchns"
 )
 
 // Link names: port0 is the bridge port in the server namespace, load0 its
@@ -37,7 +38,7 @@ type bench struct {
 	plan      plan
 	tmp       string
 	log       io.Writer
-	srv, load *netNS
+	srv, load *benchns.NS
 	gen       *loadGen
 	cur       *server // the server running now, if any
 	shown     map[string]bool
@@ -47,24 +48,24 @@ type bench struct {
 // (standalone vmlaned makes vmlane0 with the gateway address and MTU, and
 // leaves it when it stops), joins the port to it, and opens the clients'
 // socket.
-func (b *bench) setup(ctx context.Context, nss *nsSet) error {
+func (b *bench) setup(ctx context.Context, nss *benchns.Run) error {
 	var err error
-	if b.srv, err = nss.create(ctx, "srv"); err != nil {
+	if b.srv, err = nss.Create(ctx, "srv"); err != nil {
 		return err
 	}
-	if b.load, err = nss.create(ctx, "load"); err != nil {
+	if b.load, err = nss.Create(ctx, "load"); err != nil {
 		return err
 	}
-	if err := b.srv.ip(ctx, "link", "add", portName, "type", "veth", "peer", "name", loadName, "netns", b.load.name); err != nil {
+	if err := b.srv.IP(ctx, "link", "add", portName, "type", "veth", "peer", "name", loadName, "netns", b.load.Name); err != nil {
 		return err
 	}
 	// No IPv6 link-local address on either end: no DAD or router
 	// solicitations on the wire while timing.
 	for _, s := range []struct {
-		ns   *netNS
+		ns   *benchns.NS
 		link string
 	}{{b.srv, portName}, {b.load, loadName}} {
-		if err := s.ns.ip(ctx, "link", "set", s.link, "addrgenmode", "none", "up"); err != nil {
+		if err := s.ns.IP(ctx, "link", "set", s.link, "addrgenmode", "none", "up"); err != nil {
 			return err
 		}
 	}
@@ -72,12 +73,12 @@ func (b *bench) setup(ctx context.Context, nss *nsSet) error {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return err
 	}
-	if b.cur, err = startServer("vmlaned", b.srv.command(b.cfg.vmlaned, vmlanedArgs(dir, b.plan)...)); err != nil {
+	if b.cur, err = startServer("vmlaned", b.srv.Command(b.cfg.vmlaned, vmlanedArgs(dir, b.plan)...)); err != nil {
 		return err
 	}
 	want := netip.PrefixFrom(b.plan.gateway, b.plan.subnet.Bits()).String()
 	for deadline := time.Now().Add(startTimeout); ; time.Sleep(50 * time.Millisecond) {
-		out, _ := exec.CommandContext(ctx, "ip", "-n", b.srv.name, "-4", "-o", "addr", "show", "dev", bridgeName).Output()
+		out, _ := exec.CommandContext(ctx, "ip", "-n", b.srv.Name, "-4", "-o", "addr", "show", "dev", bridgeName).Output()
 		if strings.Contains(string(out), " "+want+" ") {
 			break
 		}
@@ -94,10 +95,10 @@ func (b *bench) setup(ctx context.Context, nss *nsSet) error {
 	if err := b.stopServer(); err != nil {
 		return err
 	}
-	if err := b.srv.ip(ctx, "link", "set", portName, "master", bridgeName); err != nil {
+	if err := b.srv.IP(ctx, "link", "set", portName, "master", bridgeName); err != nil {
 		return err
 	}
-	b.gen, err = openLoadGen(b.load.path, loadName)
+	b.gen, err = openLoadGen(b.load.Path, loadName)
 	return err
 }
 

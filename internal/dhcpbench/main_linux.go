@@ -9,15 +9,23 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"os/signal"
-	"path/filepath"
 	"runtime"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/vmlane/vmlane/internal/benchns"
 	"golang.org/x/sys/unix"
 )
+
+// names are dhcpbench's namespaces, vmlbench-<pid>-<tag>, and temp
+// folders, dhcpbench-<pid>-*; cnibench's are vmlb-, netnstest's vmlt-: no
+// sweep of one ever takes another's.
+var names = benchns.Names{
+	NSPrefix:  "vmlbench-",
+	TmpPrefix: "dhcpbench-",
+	Tag:       "dhcpbench",
+	Runs:      "DHCP servers",
+}
 
 // config is the command line.
 type config struct {
@@ -57,37 +65,17 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: dhcpbench -vmlaned BIN/vmlaned [-dnsmasq /usr/sbin/dnsmasq] [-levels 1,16,64] [-n 800] [-rounds 4] [-warmup 32] [-timeout 2s]")
 		os.Exit(2)
 	}
-	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "dhcpbench: must run as root: it creates network namespaces and runs DHCP servers in them (try sudo make bench)")
-		os.Exit(1)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	go func() {
-		// After the first signal the default action returns, so a second
-		// one kills at once; Pdeathsig takes the servers along and the
-		// next run sweeps the namespaces.
-		<-ctx.Done()
-		stop()
-	}()
-	if err := run(ctx, cfg, os.Stdout, os.Stderr); err != nil {
-		if ctx.Err() != nil {
-			err = fmt.Errorf("interrupted: %w", err)
-		}
-		fmt.Fprintln(os.Stderr, "dhcpbench:", err)
-		os.Exit(1)
-	}
+	// A second signal kills at once (see Main); Pdeathsig takes the
+	// servers along and the next run sweeps the namespaces.
+	names.Main(func(ctx context.Context) error { return run(ctx, cfg, os.Stdout, os.Stderr) })
 }
 
 // run measures both servers and prints the table to out, progress to log.
 // Whatever way it returns, it stops the servers and removes its
 // namespaces and temp folder first.
 func run(ctx context.Context, cfg config, out, log io.Writer) (err error) {
-	if _, err := exec.LookPath("ip"); err != nil {
-		return errors.New("needs ip (iproute2) on PATH")
-	}
 	for _, p := range []*string{&cfg.vmlaned, &cfg.dnsmasq} {
-		if *p, err = executable(*p); err != nil {
+		if *p, err = benchns.Executable(*p, "server binary"); err != nil {
 			return err
 		}
 	}
@@ -104,21 +92,20 @@ func run(ctx context.Context, cfg config, out, log io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	sweepStale(log)
-	tmp, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", tmpPrefix, os.Getpid()))
+	r, err := benchns.Start(names, log)
 	if err != nil {
 		return err
 	}
-	nss := &nsSet{}
+	tmp := r.Tmp()
 	b := &bench{cfg: cfg, plan: p, tmp: tmp, log: log, shown: map[string]bool{}}
 	defer func() {
-		cerr := errors.Join(b.close(), cleanup(nss, tmp))
+		cerr := errors.Join(b.close(), r.Close())
 		if cerr == nil {
 			fmt.Fprintln(log, "dhcpbench: cleaned up: no server, namespace or temp file left")
 		}
 		err = errors.Join(err, cerr)
 	}()
-	if err := b.setup(ctx, nss); err != nil {
+	if err := b.setup(ctx, r); err != nil {
 		return err
 	}
 	var ru0 unix.Rusage
@@ -155,22 +142,6 @@ func plural(n int, what string) string {
 	return fmt.Sprintf("%d %ss", n, what)
 }
 
-// executable returns the absolute path of an executable file.
-func executable(path string) (string, error) {
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return "", err
-	}
-	fi, err := os.Stat(abs)
-	if err != nil {
-		return "", fmt.Errorf("server binary: %w", err)
-	}
-	if !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
-		return "", fmt.Errorf("server binary %s is not an executable file", path)
-	}
-	return abs, nil
-}
-
 // fsType names the file system under dir: fsync costs what it costs
 // there, and both servers fsync their lease files.
 func fsType(dir string) string {
@@ -191,16 +162,4 @@ func fsType(dir string) string {
 		return "overlayfs"
 	}
 	return fmt.Sprintf("a file system of type %#x", st.Type)
-}
-
-// cleanup removes the namespaces and temp folder, then checks that none of
-// this process's namespaces is left.
-func cleanup(nss *nsSet, tmp string) error {
-	errs := []error{nss.removeAll(), os.RemoveAll(tmp)}
-	left, err := ownNamespaces()
-	errs = append(errs, err)
-	if len(left) > 0 {
-		errs = append(errs, fmt.Errorf("namespaces left: %v", left))
-	}
-	return errors.Join(errs...)
 }

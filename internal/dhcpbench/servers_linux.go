@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vmlane/vmlane/internal/benchns"
 	"github.com/vmlane/vmlane/leases"
 )
 
@@ -35,13 +36,13 @@ type target struct {
 	start   func(dir string) (*server, error)
 }
 
-func targets(cfg config, srvNS *netNS, p plan) []target {
+func targets(cfg config, srvNS *benchns.NS, p plan) []target {
 	return []target{
 		{
 			name:    "vmlaned",
 			prepare: func(dir string) error { return writeReservations(filepath.Join(dir, "leases.json"), p) },
 			start: func(dir string) (*server, error) {
-				return startServer("vmlaned", srvNS.command(cfg.vmlaned, vmlanedArgs(dir, p)...))
+				return startServer("vmlaned", srvNS.Command(cfg.vmlaned, vmlanedArgs(dir, p)...))
 			},
 		},
 		{
@@ -50,7 +51,7 @@ func targets(cfg config, srvNS *netNS, p plan) []target {
 				return os.WriteFile(filepath.Join(dir, "hosts"), []byte(p.dnsmasqHosts()), 0o644)
 			},
 			start: func(dir string) (*server, error) {
-				return startServer("dnsmasq", srvNS.command(cfg.dnsmasq, dnsmasqArgs(dir, p)...))
+				return startServer("dnsmasq", srvNS.Command(cfg.dnsmasq, dnsmasqArgs(dir, p)...))
 			},
 		},
 	}

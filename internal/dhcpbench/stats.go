@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/vmlane/vmlane/internal/benchstat"
 )
 
 // result is one server at one level: every timed exchange it was sent.
@@ -40,17 +42,7 @@ func (r result) perSec() float64 {
 // is false when the rank falls on a timeout: the quantile is then only
 // known to exceed the timeout.
 func (r result) quantile(q float64) (d time.Duration, ok bool) {
-	n := r.n()
-	if n == 0 {
-		return 0, false
-	}
-	rank := min(max(int(math.Ceil(q*float64(n))), 1), n)
-	if rank > len(r.Lat) {
-		return 0, false
-	}
-	sorted := slices.Clone(r.Lat)
-	slices.Sort(sorted)
-	return sorted[rank-1], true
+	return benchstat.Quantile(r.Lat, r.Timeouts, q)
 }
 
 // cpuPer is the server's CPU time per exchange started.

@@ -16,42 +16,6 @@ func ms(n ...int) []time.Duration {
 	return out
 }
 
-// msSeq returns 1ms … n ms, shuffled so that quantile must sort them.
-func msSeq(n int) []time.Duration {
-	out := make([]time.Duration, n)
-	for i := range out {
-		out[i] = time.Duration((i*7)%n+1) * time.Millisecond
-	}
-	return out
-}
-
-func TestQuantile(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		r        result
-		q        float64
-		want     time.Duration
-		wantKnow bool
-	}{
-		{"one", result{Lat: msSeq(1)}, 0.99, 1 * time.Millisecond, true},
-		{"p50 of 100", result{Lat: msSeq(100)}, 0.50, 50 * time.Millisecond, true},
-		{"p99 of 100", result{Lat: msSeq(100)}, 0.99, 99 * time.Millisecond, true},
-		{"p99 of 200", result{Lat: msSeq(200)}, 0.99, 198 * time.Millisecond, true},
-		{"p99 of 50", result{Lat: msSeq(50)}, 0.99, 50 * time.Millisecond, true},
-		// 99 completed and 1 timed out: the 99th of 100 is the slowest
-		// completed one, the 100th the timeout.
-		{"p99 below a timeout", result{Lat: msSeq(99), Timeouts: 1}, 0.99, 99 * time.Millisecond, true},
-		{"p99 on a timeout", result{Lat: msSeq(98), Timeouts: 2}, 0.99, 0, false},
-		{"p50 with most timed out", result{Lat: msSeq(4), Timeouts: 6}, 0.50, 0, false},
-		{"empty", result{}, 0.50, 0, false},
-	} {
-		got, ok := tc.r.quantile(tc.q)
-		if got != tc.want || ok != tc.wantKnow {
-			t.Errorf("%s: quantile(%v) = %v, %v; want %v, %v", tc.name, tc.q, got, ok, tc.want, tc.wantKnow)
-		}
-	}
-}
-
 func TestPerSecAndCPU(t *testing.T) {
 	r := result{Lat: ms(1, 2, 3, 4), Timeouts: 1, Wall: 2 * time.Second, CPU: 10 * time.Millisecond}
 	if got := r.perSec(); got != 2 {
