@@ -3,6 +3,8 @@ package dhcp
 import (
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"path/filepath"
@@ -161,5 +163,59 @@ func TestWatchSeesOtherWriters(t *testing.T) {
 	}
 	if l, ok, _ := a.Lookup(macs[0]); ok {
 		t.Errorf("released reservation still served: %+v", l)
+	}
+}
+
+// TestDeferredBinds: with Defer, a CNI reservation's bind is acknowledged
+// at once and on disk after Flush, exactly as returned; a dynamic lease's
+// bind, whose only record is the file, is still on disk before Bind
+// returns; and a bind of an address that is not the MAC's still fails.
+func TestDeferredBinds(t *testing.T) {
+	st, macs, ips := reservedStore(t, 3)
+	a := NewStoreAllocator(st).Defer(t.Context(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	expires := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	var acked []leases.Lease
+	for i := range macs {
+		l, err := a.Bind(macs[i], ips[i], expires, fmt.Sprint("vm", i))
+		if err != nil || l.State != leases.StateBound || l.IP != ips[i] {
+			t.Fatalf("deferred bind %d: %+v, %v", i, l, err)
+		}
+		acked = append(acked, l)
+	}
+	// A RELEASE right after the ACK: the deferred bind must not land on
+	// top of it.
+	if _, ok, err := a.Release(macs[2]); !ok || err != nil {
+		t.Fatalf("release: %v %v", ok, err)
+	}
+	acked[2].State, acked[2].Expires = leases.StateReserved, time.Time{}
+	if _, err := a.Bind(macs[0], ips[1], expires, ""); !errors.Is(err, leases.ErrConflict) {
+		t.Errorf("bind of another MAC's address: err = %v, want ErrConflict", err)
+	}
+	a.Flush()
+	snap, err := leases.Read(st.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range acked {
+		if got, _ := snap.ByMAC(macs[i].String()); got != want {
+			t.Errorf("after Flush the file has %+v, the ACK said %+v", got, want)
+		}
+	}
+
+	dyn := net.HardwareAddr{2, 0, 0, 0, 9, 9}
+	pool := leases.Pool{First: netip.MustParseAddr("10.98.0.200"), Last: netip.MustParseAddr("10.98.0.210")}
+	held, err := a.Allocate(dyn, netip.Addr{}, pool, time.Now().Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Bind(dyn, held.IP, expires, ""); err != nil {
+		t.Fatal(err)
+	}
+	snap, err = leases.Read(st.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := snap.ByMAC(dyn.String()); got.State != leases.StateBound {
+		t.Errorf("dynamic bind not on disk when Bind returned: %+v", got)
 	}
 }

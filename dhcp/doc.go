@@ -47,11 +47,16 @@
 //
 // Every lease change is a leases.Store.Update, written and fsynced under
 // the lease file lock before Handle returns the reply that announces it: a
-// dynamic offer is on disk before its OFFER leaves, a binding before its
-// ACK. When the store fails Handle returns the error and no reply; the
-// client retransmits. Binds that arrive together share one transaction
-// (group commit, no timer: a lone bind commits at once), so a burst of
-// guests costs one fsync per batch, not per guest. Lookups, which every
+// dynamic offer is on disk before its OFFER leaves, a dynamic binding
+// before its ACK. When the store fails Handle returns the error and no
+// reply; the client retransmits. Binds that arrive together share one
+// transaction (group commit, no timer: a lone bind commits at once), so a
+// burst of guests costs one fsync per batch, not per guest. A CNI
+// reservation is on disk before its VM exists, so once the server runs
+// with [StoreAllocator.Defer] (vmlaned does) the bind of one, which only
+// adds "bound" and an expiry, is acknowledged at once and written within
+// [LateBindDelay] with the others of that window; RELEASE and DECLINE
+// write pending binds first, and shutdown flushes them. Lookups, which every
 // DISCOVER and REQUEST starts with, read the file without the lock
 // (NewStoreAllocator), learn of the CNI plugin's writes by inotify on the
 // lease folder ([StoreAllocator.Watch]), read the file again only when its

@@ -27,6 +27,9 @@ type StoreAllocator struct {
 	// binds, when set (NewStoreAllocator), group-commits Bind; nil binds
 	// in a transaction of its own.
 	binds *groupCommit
+	// late, when set (Defer), writes CNI reservations' binds after their
+	// ACK.
+	late *lateBinds
 }
 
 var _ Allocator = StoreAllocator{}
@@ -142,6 +145,22 @@ type fileID struct {
 	mtime     time.Time
 }
 
+// lookupFresh is lookup without trusting the watch: the file is checked
+// (a stat, and a read only if it changed).
+func (c *lookupCache) lookupFresh(path, mac string) (leases.Lease, bool, error) {
+	m, err := leases.NormalizeMAC(mac)
+	if err != nil {
+		return leases.Lease{}, false, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.refreshLocked(path); err != nil {
+		return leases.Lease{}, false, err
+	}
+	l := c.byMAC[m]
+	return l, l.MAC != "" && l.State != leases.StateDeclined, nil
+}
+
 func (c *lookupCache) lookup(path, mac string) (leases.Lease, bool, error) {
 	m, err := leases.NormalizeMAC(mac)
 	if err != nil {
@@ -167,26 +186,72 @@ func (c *lookupCache) lookup(path, mac string) (leases.Lease, bool, error) {
 func (c *lookupCache) refreshLocked(path string) error {
 	c.dirty.Store(false)
 	c.checked = time.Now()
-	fi, err := os.Stat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		c.byMAC, c.valid = nil, false
-		return nil
-	}
-	if err != nil {
+	id, exists, err := statID(path)
+	if err != nil || !exists {
 		c.byMAC, c.valid = nil, false
 		return err
-	}
-	id := fileID{size: fi.Size(), mtime: fi.ModTime()}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		id.ino = int64(st.Ino)
 	}
 	if c.valid && id == c.id {
 		return nil
 	}
-	snap, err := c.read()
+	byMAC, err := c.load()
 	if err != nil {
 		c.byMAC, c.valid = nil, false
 		return err
+	}
+	c.byMAC, c.id, c.valid = byMAC, id, true
+	return nil
+}
+
+// prefetch brings the cache up to date with the file off the request
+// path: the server calls it right after writing the file itself, so the
+// next lookup finds the cache current instead of re-reading. The file is
+// read without c.mu held, so lookups go on meanwhile. Its identity is taken
+// before the read: a write landing in between leaves the cache under the
+// older identity, and the next lookup reads again.
+func (c *lookupCache) prefetch(path string) {
+	id, exists, err := statID(path)
+	if err != nil || !exists {
+		return
+	}
+	c.mu.Lock()
+	current := c.valid && id == c.id
+	c.mu.Unlock()
+	if current {
+		return
+	}
+	byMAC, err := c.load()
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	c.byMAC, c.id, c.valid, c.checked = byMAC, id, true, time.Now()
+	c.mu.Unlock()
+}
+
+// statID returns the identity of the file at path; exists is false when
+// there is no file.
+func statID(path string) (id fileID, exists bool, err error) {
+	fi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fileID{}, false, nil
+	}
+	if err != nil {
+		return fileID{}, false, err
+	}
+	id = fileID{size: fi.Size(), mtime: fi.ModTime()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		id.ino = int64(st.Ino)
+	}
+	return id, true, nil
+}
+
+// load reads the file and indexes it by MAC: each MAC's live lease or,
+// when it has none, its declined one.
+func (c *lookupCache) load() (map[string]leases.Lease, error) {
+	snap, err := c.read()
+	if err != nil {
+		return nil, err
 	}
 	byMAC := make(map[string]leases.Lease, len(snap.Leases()))
 	for _, l := range snap.Leases() {
@@ -199,8 +264,7 @@ func (c *lookupCache) refreshLocked(path string) error {
 			byMAC[l.MAC] = l // declined: said why, never served
 		}
 	}
-	c.byMAC, c.id, c.valid = byMAC, id, true
-	return nil
+	return byMAC, nil
 }
 
 // Allocate returns mac's lease or holds a new dynamic one. Expired leases
@@ -246,6 +310,11 @@ func isAddrUnusable(tx *leases.Tx, want netip.Addr) bool {
 // Binds that arrive together share one transaction (see groupCommit); each
 // returns once its own bind is durable.
 func (a StoreAllocator) Bind(mac net.HardwareAddr, ip netip.Addr, expires time.Time, hostname string) (l leases.Lease, err error) {
+	if a.late != nil {
+		if l, ok := a.bindLater(mac.String(), ip, expires, hostname); ok {
+			return l, nil
+		}
+	}
 	if a.binds != nil {
 		return a.binds.bind(mac.String(), ip, expires, hostname)
 	}
@@ -255,6 +324,7 @@ func (a StoreAllocator) Bind(mac net.HardwareAddr, ip netip.Addr, expires time.T
 // Release handles DHCPRELEASE: a dynamic lease is freed, a CNI reservation
 // goes back to reserved.
 func (a StoreAllocator) Release(mac net.HardwareAddr) (l leases.Lease, ok bool, err error) {
+	a.Flush() // a deferred bind must not land after the release and undo it
 	err = a.Store.Update(func(tx *leases.Tx) error {
 		l, ok = tx.ReleaseMAC(mac.String())
 		return nil
@@ -264,5 +334,6 @@ func (a StoreAllocator) Release(mac net.HardwareAddr) (l leases.Lease, ok bool, 
 
 // Decline quarantines ip until until.
 func (a StoreAllocator) Decline(mac net.HardwareAddr, ip netip.Addr, until time.Time) (leases.Lease, error) {
+	a.Flush() // as in Release
 	return a.Store.Decline(ip, mac.String(), until)
 }

@@ -34,9 +34,11 @@ func run(ctx context.Context, c *config, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		if err := startDHCP(ctx, c, c.PodCIDR, mtu, reg, log); err != nil {
+		flush, err := startDHCP(ctx, c, c.PodCIDR, mtu, reg, log)
+		if err != nil {
 			return err
 		}
+		defer flush()
 		h.ready.Store(true)
 		<-ctx.Done()
 		return nil
@@ -61,9 +63,11 @@ func run(ctx context.Context, c *config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	if err := startDHCP(ctx, c, v4, mtu, reg, log); err != nil {
+	flush, err := startDHCP(ctx, c, v4, mtu, reg, log)
+	if err != nil {
 		return err
 	}
+	defer flush()
 
 	recorder, stopEvents := eventRecorder(ctx, client, c.NodeName)
 	defer stopEvents()

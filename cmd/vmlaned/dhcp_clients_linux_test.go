@@ -266,7 +266,9 @@ func TestDHCPClients(t *testing.T) {
 
 	each("bind", func(t *testing.T, c *client) {
 		c.checkOptions(t, c.waitEvent(t, c.kind.bound, 0), want)
-		l := c.lease(t, d)
+		// A CNI reservation's bind is written just after its ACK
+		// (dhcp.LateBindDelay), so wait for it.
+		l := c.waitLease(t, d, "bound", func(l leases.Lease) bool { return l.State == leases.StateBound })
 		if l.State != leases.StateBound || l.MAC != c.mac || l.Source != leases.SourceCNI || l.ContainerID != c.cid ||
 			l.Pod.Name != c.pod || l.Hostname != c.pod || !within(l.Expires, time.Now().Add(time.Minute), 10*time.Second) {
 			t.Errorf("lease after bind: %+v, want bound to %s for a minute, attachment %s, pod and hostname %s", l, c.mac, c.cid, c.pod)

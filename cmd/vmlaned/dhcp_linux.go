@@ -78,14 +78,16 @@ func (m *dhcpMetrics) hooks() dhcp.Hooks {
 }
 
 // startDHCP runs the DHCP server on the bridge for subnet, and a sweep that
-// applies lease expiry and refreshes the lease gauges. The dhcp package
+// applies lease expiry and refreshes the lease gauges. CNI reservations'
+// binds are written just after their ACKs, batched (dhcp.LateBindDelay);
+// flush writes what is pending and must run before the process exits. The dhcp package
 // adds its own component attribute to log; dlog is for this file's lines.
-func startDHCP(ctx context.Context, c *config, subnet netip.Prefix, mtu int, reg prometheus.Registerer, log *slog.Logger) error {
+func startDHCP(ctx context.Context, c *config, subnet netip.Prefix, mtu int, reg prometheus.Registerer, log *slog.Logger) (flush func(), err error) {
 	dlog := log.With("component", "dhcp")
 	gw := subnet.Addr().Next()
 	store, err := leases.Open(c.LeaseFile, subnet, gw, leases.WithNode(c.NodeName))
 	if err != nil {
-		return fmt.Errorf("lease store: %w", err)
+		return nil, fmt.Errorf("lease store: %w", err)
 	}
 	cfg := dhcp.Config{
 		ServerIP: gw, Subnet: subnet, Router: gw, Domain: c.Domain, Search: c.Search,
@@ -100,16 +102,17 @@ func startDHCP(ctx context.Context, c *config, subnet netip.Prefix, mtu int, reg
 		// Still correct without it: every lookup checks the file.
 		dlog.Warn("no change notification on the lease folder; checking the file on every lookup", "err", err)
 	}
+	alloc = alloc.Defer(ctx, log)
 	h, err := dhcp.NewHandler(cfg, alloc, dhcp.WithLogger(log), dhcp.WithHooks(m.hooks()))
 	if err != nil {
-		return fmt.Errorf("DHCP server config: %w", err)
+		return nil, fmt.Errorf("DHCP server config: %w", err)
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- dhcp.Serve(ctx, c.Bridge, h, log) }()
 	select {
 	case err := <-errc:
 		if err != nil {
-			return fmt.Errorf("DHCP server on %s: %w", c.Bridge, err)
+			return nil, fmt.Errorf("DHCP server on %s: %w", c.Bridge, err)
 		}
 	case <-time.After(200 * time.Millisecond): // bound and serving
 	}
@@ -120,7 +123,7 @@ func startDHCP(ctx context.Context, c *config, subnet netip.Prefix, mtu int, reg
 	}()
 	go sweepLeases(ctx, store, min(30*time.Second, c.LeaseTime/4), m, dlog)
 	dlog.Info("DHCP server up", "bridge", c.Bridge, "server", gw, "range", c.DHCPRangeText)
-	return nil
+	return alloc.Flush, nil
 }
 
 // sweepLeases applies expiry now and then: a dynamic lease whose client
