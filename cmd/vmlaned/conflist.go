@@ -120,5 +120,11 @@ func writeConflist(dir, name string, data []byte) (bool, error) {
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return false, fmt.Errorf("installing %s: %w", path, err)
 	}
+	// The rename is durable only once the folder is: without this a crash
+	// could bring back the previous conflist, for the old subnet.
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
 	return true, nil
 }
