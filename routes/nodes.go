@@ -2,7 +2,9 @@ package routes
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -98,4 +100,15 @@ func NetworkAvailable(n *corev1.Node) bool {
 		}
 	}
 	return false
+}
+
+// SameForRoutes reports whether two versions of a Node ask for the same
+// routes and rules: the same object (UID), podCIDRs, addresses and
+// next-hop annotations. Its NetworkUnavailable condition is left out: only
+// the node's own daemon reads it, from the lister, on its own timer.
+func SameForRoutes(a, b *corev1.Node) bool {
+	return a.UID == b.UID && a.Spec.PodCIDR == b.Spec.PodCIDR &&
+		slices.Equal(a.Spec.PodCIDRs, b.Spec.PodCIDRs) &&
+		maps.Equal(a.Annotations, b.Annotations) &&
+		slices.Equal(a.Status.Addresses, b.Status.Addresses)
 }
