@@ -1,16 +1,16 @@
 package cluster
 
 import (
-	"bytes"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vmlane/vmlane/internal/syncbuf"
 
 	"github.com/containernetworking/cni/libcni"
 
@@ -80,7 +80,7 @@ func (n *Node) DaemonArgs() []string {
 // Daemon is a running vmlaned.
 type Daemon struct {
 	cmd    *exec.Cmd
-	logs   *logBuffer
+	logs   *syncbuf.Buffer
 	exited chan struct{}
 }
 
@@ -88,7 +88,7 @@ type Daemon struct {
 func (n *Node) StartDaemon(tb testing.TB) *Daemon {
 	tb.Helper()
 	cmd := n.NS.Command(filepath.Join(n.c.Opts.BinDir, "vmlaned"), n.DaemonArgs()...)
-	d := &Daemon{cmd: cmd, logs: &logBuffer{}, exited: make(chan struct{})}
+	d := &Daemon{cmd: cmd, logs: &syncbuf.Buffer{}, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = d.logs, d.logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -134,23 +134,6 @@ func (n *Node) Ready() (bool, string) {
 	// bug, mirror/busybox#124); timeout(1) bounds the request instead.
 	out, err := n.NS.Run("timeout", "5", "busybox", "wget", "-q", "-O", "-", "http://127.0.0.1:9465/readyz")
 	return err == nil, out
-}
-
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer // guarded by mu
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // cniTimeout is how long one CNI call may take on a busy machine.

@@ -1,12 +1,12 @@
 package testvm
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"os/exec"
-	"sync"
 	"syscall"
+
+	"github.com/vmlane/vmlane/internal/syncbuf"
 )
 
 // startProcess starts argv with its stdout as the returned console stream
@@ -20,7 +20,7 @@ func startProcess(argv []string) (console io.Reader, input io.Writer, proc proce
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	errBuf := &syncBuffer{}
+	errBuf := &syncbuf.Buffer{}
 	cmd.Stderr = errBuf
 	// If the test binary dies (a go test -timeout panic, say), take QEMU
 	// with it rather than leave it holding the TAP and the namespace.
@@ -44,22 +44,3 @@ type cmdProcess struct{ cmd *exec.Cmd }
 
 func (p cmdProcess) Wait() error { return p.cmd.Wait() }
 func (p cmdProcess) Kill() error { return p.cmd.Process.Kill() }
-
-// syncBuffer is a bytes.Buffer safe for exec's copying goroutine and
-// readers of a running VM's Result.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer // guarded by mu
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
