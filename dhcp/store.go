@@ -208,7 +208,8 @@ func (c *lookupCache) refreshLocked(path string) error {
 // next lookup finds the cache current instead of re-reading. The file is
 // read without c.mu held, so lookups go on meanwhile. Its identity is taken
 // before the read: a write landing in between leaves the cache under the
-// older identity, and the next lookup reads again.
+// older identity, and the next lookup reads again. A refresh by a lookup
+// in the meantime wins.
 func (c *lookupCache) prefetch(path string) {
 	id, exists, err := statID(path)
 	if err != nil || !exists {
@@ -216,6 +217,7 @@ func (c *lookupCache) prefetch(path string) {
 	}
 	c.mu.Lock()
 	current := c.valid && id == c.id
+	seenID, seenValid := c.id, c.valid
 	c.mu.Unlock()
 	if current {
 		return
@@ -225,8 +227,13 @@ func (c *lookupCache) prefetch(path string) {
 		return
 	}
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	// A lookup that refreshed meanwhile has as new a view or newer; do not
+	// put an older one back, which a watched cache would then trust.
+	if c.id != seenID || c.valid != seenValid {
+		return
+	}
 	c.byMAC, c.id, c.valid, c.checked = byMAC, id, true, time.Now()
-	c.mu.Unlock()
 }
 
 // statID returns the identity of the file at path; exists is false when
