@@ -250,17 +250,59 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		if err := errors.Join(errs...); err != nil {
 			return err
 		}
-		store, err := c.store()
+		l, ok, err := c.release(key, log)
 		if err != nil {
 			return err
-		}
-		l, ok, err := store.Release(key)
-		if err != nil {
-			return storeError(err)
 		}
 		log.Info("detached", "released", ok, "ip", l.IP)
 		return nil
 	})
+}
+
+// release frees key's lease for DEL, which must never keep a pod from
+// going away: the kubelet retries a failed DEL for ever and the pod stays
+// Terminating meanwhile.
+//   - A lease file of another subnet means the node's podCIDR changed
+//     under running pods (vmlaned has already written the new subnet's
+//     conflist, which is what DEL gets): the lease is released in the
+//     file's own subnet.
+//   - A file the store cannot read (ErrCorrupt) is logged and left for
+//     the operator; DEL succeeds, the lease stays on record.
+//
+// Other errors (the lock, the disk) may pass, so DEL fails and is retried.
+func (c *Config) release(key leases.Key, log *slog.Logger) (leases.Lease, bool, error) {
+	store, err := c.store()
+	if err != nil {
+		return leases.Lease{}, false, err
+	}
+	l, ok, err := store.Release(key)
+	if errors.Is(err, leases.ErrSubnetChanged) {
+		log.Warn("lease file holds another subnet than the network config (podCIDR changed?): releasing in the file's subnet", "err", err)
+		l, ok, err = releaseInFileSubnet(c.LeaseFile, key)
+	}
+	switch {
+	case errors.Is(err, leases.ErrCorrupt):
+		log.Error("lease file unreadable: the lease stays on record; see `vmlanectl leases` in the README's troubleshooting", "err", err)
+		return leases.Lease{}, false, nil
+	case err != nil:
+		return leases.Lease{}, false, storeError(err)
+	}
+	return l, ok, nil
+}
+
+// releaseInFileSubnet releases key from the lease file at path in the
+// subnet the file itself records.
+func releaseInFileSubnet(path string, key leases.Key) (leases.Lease, bool, error) {
+	snap, err := leases.Read(path)
+	if err != nil {
+		return leases.Lease{}, false, fmt.Errorf("%w: %v", leases.ErrCorrupt, err)
+	}
+	store, err := leases.Open(path, snap.File.Subnet, snap.File.Gateway)
+	if err != nil {
+		return leases.Lease{}, false, fmt.Errorf("%w: lease file %s records subnet %s, gateway %s: %v",
+			leases.ErrCorrupt, path, snap.File.Subnet, snap.File.Gateway, err)
+	}
+	return store.Release(key)
 }
 
 // Check verifies an attachment against the result ADD returned.

@@ -687,6 +687,55 @@ func TestPluginDel(t *testing.T) {
 		}
 		h.wantLeases()
 	})
+	t.Run("podCIDR changed under the pod", func(t *testing.T) {
+		// vmlaned rewrote the conflist for the node's new podCIDR; the
+		// pod's DEL comes with it, and the lease file still holds the
+		// old subnet's leases. Found by containerd: the pod stayed
+		// Terminating until the file was moved aside.
+		h := newHarness(t, nil)
+		a, b := att("a"), att("b")
+		h.mustAdd(a, nil)
+		h.mustAdd(b, nil)
+		moved := map[string]any{"subnet": "10.244.9.0/24"}
+		if err := h.del(a, moved); err != nil {
+			t.Fatalf("DEL after a podCIDR change: %v", err)
+		}
+		if h.dp.hasLink("", a.veth()) {
+			t.Errorf("host veth %s left", a.veth())
+		}
+		h.wantLeases("10.244.3.3 mac=02:76:0a:f4:03:03 reserved cni attachment=b/eth0 netns=/run/netns/b")
+		if err := h.del(b, moved); err != nil {
+			t.Fatalf("DEL of the last old pod: %v", err)
+		}
+		h.wantLeases()
+		// With the old subnet's leases gone, the new subnet is adopted.
+		if r := h.mustAdd(att("c"), moved); r.IPs[0].Address.IP.String() != "10.244.9.2" {
+			t.Errorf("ADD in the new subnet got %s, want 10.244.9.2", r.IPs[0].Address.IP)
+		}
+	})
+	t.Run("lease file unreadable", func(t *testing.T) {
+		// The links go and DEL succeeds; the file is left as it is for
+		// the operator, who may still recover its leases.
+		h := newHarness(t, nil)
+		a := att("a")
+		h.mustAdd(a, nil)
+		junk := []byte("{not a lease file")
+		if err := os.WriteFile(h.leaseFile, junk, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.del(a, nil); err != nil {
+			t.Fatalf("DEL with an unreadable lease file: %v", err)
+		}
+		if h.dp.hasLink("", a.veth()) {
+			t.Errorf("host veth %s left", a.veth())
+		}
+		if got, _ := os.ReadFile(h.leaseFile); !bytes.Equal(got, junk) {
+			t.Errorf("DEL wrote over the unreadable lease file: %q", got)
+		}
+		if !strings.Contains(h.stderr.String(), "lease file unreadable") {
+			t.Errorf("DEL did not log the unreadable file; log:\n%s", h.stderr.String())
+		}
+	})
 	t.Run("bad config", func(t *testing.T) {
 		h := newHarness(t, nil)
 		err := h.del(att("a"), map[string]any{"mtu": 1})

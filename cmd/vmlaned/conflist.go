@@ -37,7 +37,26 @@ type conflistParams struct {
 	Domain    string
 	Exclude   string // the DHCP dynamic range, kept out of CNI allocation
 	VM        bool
+	// CNIVersion pins the conflist's cniVersion; "" (--cni-version=auto)
+	// writes compatVersion with cniVersions naming every version vmlane
+	// prefers, so each runtime takes the newest its libcni knows.
+	CNIVersion string
 }
+
+// compatVersion is the cniVersion an auto conflist names, and
+// preferredVersions its cniVersions. Runtimes whose libcni predates
+// cniVersions (CNI spec 1.1; containerd 1.6 and 1.7, CRI-O before 1.31)
+// read cniVersion alone, and reject a result of a version they do not
+// know: containerd 1.6.20 fails ADD with `unsupported CNI result version
+// "1.1.0"`. Newer libcni (containernetworking/cni v1.2+, containerd 2.x)
+// takes the highest entry of cniVersions it supports, 1.1.0, which is the
+// version that has STATUS and GC.
+const compatVersion = "1.0.0"
+
+var preferredVersions = []string{"1.0.0", "1.1.0"}
+
+// autoCNIVersion is --cni-version's default.
+const autoCNIVersion = "auto"
 
 // renderConflist is a node's CNI config: one vmlane plugin with the node's
 // subnet. Pure: golden tested.
@@ -75,11 +94,16 @@ func renderConflist(p conflistParams) ([]byte, error) {
 	if p.VM {
 		name = "vmlane-vm"
 	}
-	out, err := json.MarshalIndent(map[string]any{
-		"cniVersion": "1.1.0",
+	list := map[string]any{
+		"cniVersion": p.CNIVersion,
 		"name":       name,
 		"plugins":    []any{plugin},
-	}, "", "  ")
+	}
+	if p.CNIVersion == "" {
+		list["cniVersion"] = compatVersion
+		list["cniVersions"] = preferredVersions
+	}
+	out, err := json.MarshalIndent(list, "", "  ")
 	if err != nil {
 		return nil, err
 	}

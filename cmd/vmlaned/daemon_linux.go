@@ -135,7 +135,7 @@ func setupNode(c *config, subnet netip.Prefix, log *slog.Logger) (int, error) {
 	ensureForwarding(subnet, log)
 	for _, vm := range []bool{false, true} {
 		p := conflistParams{Bridge: c.Bridge, Subnet: subnet, Gateway: gw, MTU: mtu, LeaseFile: c.LeaseFile,
-			LeaseTime: c.LeaseTime, DNS: c.DNS, Search: c.Search, Domain: c.Domain, VM: vm, Exclude: c.DHCPRangeText}
+			LeaseTime: c.LeaseTime, DNS: c.DNS, Search: c.Search, Domain: c.Domain, VM: vm, Exclude: c.DHCPRangeText, CNIVersion: c.CNIVersion}
 		data, err := renderConflist(p)
 		if err != nil {
 			return 0, err

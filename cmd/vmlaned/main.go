@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -37,14 +38,17 @@ var version = "dev"
 
 // config is vmlaned's flags, parsed and checked.
 type config struct {
-	Kubeconfig       string
-	NodeName         string
-	PodCIDR          netip.Prefix // standalone mode when set
-	ClusterCIDRs     []netip.Prefix
-	RouteProtocol    int
-	Resync           time.Duration
-	Masquerade       bool
-	CNIConfDir       string
+	Kubeconfig    string
+	NodeName      string
+	PodCIDR       netip.Prefix // standalone mode when set
+	ClusterCIDRs  []netip.Prefix
+	RouteProtocol int
+	Resync        time.Duration
+	Masquerade    bool
+	CNIConfDir    string
+	// CNIVersion pins the conflists' cniVersion ("" for auto: see
+	// compatVersion).
+	CNIVersion       string
 	NodeIPAnnotation string
 	HealthAddr       string
 	MetricsAddr      string
@@ -71,7 +75,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	c := &config{}
 	fs := flag.NewFlagSet("vmlaned", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var podCIDR, clusterCIDR, dns, search, logLevel string
+	var podCIDR, clusterCIDR, dns, search, logLevel, cniVersion string
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses the in-cluster config")
 	fs.StringVar(&c.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
 	fs.StringVar(&podCIDR, "pod-cidr", "", "standalone mode: serve this subnet without Kubernetes")
@@ -80,6 +84,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.Resync, "resync-period", 30*time.Second, "how often routes and rules are checked without events")
 	fs.BoolVar(&c.Masquerade, "masquerade", true, "masquerade pod traffic that leaves the pod network")
 	fs.StringVar(&c.CNIConfDir, "cni-conf-dir", plugin.DefaultConfDir, "where the CNI conflists are written")
+	fs.StringVar(&cniVersion, "cni-version", autoCNIVersion, "cniVersion of the conflists: auto (1.0.0 for containerd 1.x, 1.1.0 for runtimes that read cniVersions) or one of "+strings.Join(plugin.SupportedVersions.SupportedVersions(), ", "))
 	fs.StringVar(&c.NodeIPAnnotation, "node-ip-annotation", "", "annotation whose address overrides a node's InternalIP as next hop")
 	fs.StringVar(&c.HealthAddr, "health-addr", "127.0.0.1:9465", "address of /healthz and /readyz (never the VM bridge)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "127.0.0.1:9464", "address of /metrics (never the VM bridge)")
@@ -108,6 +113,12 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	}
 	if err := c.LogLevel.UnmarshalText([]byte(logLevel)); err != nil {
 		return nil, fmt.Errorf("invalid --log-level %q: want debug, info, warn or error", logLevel)
+	}
+	if cniVersion != autoCNIVersion {
+		if !slices.Contains(plugin.SupportedVersions.SupportedVersions(), cniVersion) {
+			return nil, fmt.Errorf("invalid --cni-version %q: want auto or one of %s", cniVersion, strings.Join(plugin.SupportedVersions.SupportedVersions(), ", "))
+		}
+		c.CNIVersion = cniVersion
 	}
 	if podCIDR != "" {
 		p, err := netip.ParsePrefix(podCIDR)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
 	"github.com/google/go-cmp/cmp"
 	"github.com/vmlane/vmlane/plugin"
 )
@@ -33,6 +34,7 @@ func TestParseFlagsErrorsNameFlagAndValue(t *testing.T) {
 		{[]string{"--node-name", "a", "--log-level", "loud"}, `invalid --log-level "loud"`},
 		{[]string{"--node-name", "a", "--health-addr", "9465"}, `invalid --health-addr "9465"`},
 		{[]string{"--node-name", "a", "extra"}, `unexpected argument "extra"`},
+		{[]string{"--node-name", "a", "--cni-version", "1.2.0"}, `invalid --cni-version "1.2.0"`},
 	} {
 		t.Setenv("NODE_NAME", "")
 		_, err := parseFlags(tc.args, &bytes.Buffer{})
@@ -83,6 +85,44 @@ func TestConflistGolden(t *testing.T) {
 		}
 		if c.VM != vm || c.MTU != 1450 || c.Lease != time.Hour || c.GatewayAddr != p.Gateway {
 			t.Errorf("plugin reads %+v", c)
+		}
+	}
+}
+
+// TestConflistCNIVersion: with --cni-version=auto, a runtime whose libcni
+// reads cniVersions (containerd 2.x) runs the plugin at 1.1.0, which has
+// STATUS and GC, and one that reads cniVersion alone (containerd 1.6 and
+// 1.7, which reject a 1.1.0 result) at 1.0.0. A pinned version is written
+// as it is, without cniVersions.
+func TestConflistCNIVersion(t *testing.T) {
+	base := conflistParams{Bridge: "vmlane0", Subnet: netip.MustParsePrefix("10.244.3.0/24"),
+		Gateway: netip.MustParseAddr("10.244.3.1"), LeaseFile: "/var/lib/vmlane/leases.json", LeaseTime: time.Hour}
+	for _, tc := range []struct {
+		pin           string
+		libcni, older string
+	}{
+		{"", "1.1.0", "1.0.0"},
+		{"1.1.0", "1.1.0", "1.1.0"},
+		{"0.4.0", "0.4.0", "0.4.0"},
+	} {
+		p := base
+		p.CNIVersion = tc.pin
+		data, err := renderConflist(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		list, err := libcni.NetworkConfFromBytes(data)
+		if err != nil {
+			t.Fatalf("pin %q: libcni rejects the conflist: %v", tc.pin, err)
+		}
+		if list.CNIVersion != tc.libcni {
+			t.Errorf("pin %q: libcni runs the plugin at %s, want %s", tc.pin, list.CNIVersion, tc.libcni)
+		}
+		var raw struct {
+			CNIVersion string `json:"cniVersion"`
+		}
+		if err := json.Unmarshal(data, &raw); err != nil || raw.CNIVersion != tc.older {
+			t.Errorf("pin %q: cniVersion = %q (%v), want %s for runtimes without cniVersions", tc.pin, raw.CNIVersion, err, tc.older)
 		}
 	}
 }
