@@ -247,7 +247,7 @@ func TestCNILifecycleEveryVersion(t *testing.T) {
 				}
 				podLinks := pod.MustRun(t, "ip", "-o", "addr", "show")
 				if vm {
-					if r.Interfaces[3].Name != "tap0" || r.Interfaces[3].Mac != plugin.DeriveMAC(ip) || *r.IPs[0].Interface != 3 {
+					if r.Interfaces[3].Name != "tap0" || r.Interfaces[3].Mac != plugin.DeriveMAC(ip) || *r.IPs[0].Interface != 2 {
 						t.Errorf("VM result: tap %+v, ip on interface %d", r.Interfaces[3], *r.IPs[0].Interface)
 					}
 					if strings.Contains(podLinks, "10.250.3.2") {

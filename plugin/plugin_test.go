@@ -321,7 +321,7 @@ func TestPluginAdd(t *testing.T) {
 		if diff := cmp.Diff(want, ifaceLines(r)); diff != "" {
 			t.Errorf("result interfaces (-want +got):\n%s", diff)
 		}
-		if got := ipLines(r); !slices.Equal(got, []string{"10.244.3.2/24 gw 10.244.3.1 on 3"}) {
+		if got := ipLines(r); !slices.Equal(got, []string{"10.244.3.2/24 gw 10.244.3.1 on 2"}) { // on eth0, where runtimes read the pod IP
 			t.Errorf("result ips %q", got)
 		}
 	})

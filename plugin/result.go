@@ -32,22 +32,25 @@ const (
 	ifTap
 )
 
-// BuildResult renders the CNI result. The IP names the interface that will
-// carry it: the TAP (whose guest sets it by DHCP) for a VM pod, the pod end
-// of the veth for a plain pod. The caller converts it to the config's CNI
+// BuildResult renders the CNI result. The IP names the pod end of the
+// veth, CNI_IFNAME, for VM pods too, where the guest behind the TAP holds
+// the address: Kubernetes runtimes take the pod IP from the result's
+// CNI_IFNAME interface only (containerd's CRI fails the sandbox with
+// "failed to find network info for sandbox" when eth0 has no IP), so an
+// IP on the TAP left every VM pod stuck in ContainerCreating. A VM runtime
+// finds the TAP as the interface after the pod veth, named tapName, whose
+// MAC is the guest's. The caller converts the result to the config's CNI
 // version on output.
 func BuildResult(c *Config, a Attached, ip netip.Addr) *current.Result {
 	r := &current.Result{CNIVersion: current.ImplementedSpecVersion}
 	for _, l := range []Link{a.Bridge, a.HostVeth, a.PodVeth} {
 		r.Interfaces = append(r.Interfaces, &current.Interface{Name: l.Name, Mac: l.MAC, Mtu: l.MTU, Sandbox: l.Sandbox})
 	}
-	carrier := ifPodVeth
 	if a.Tap != nil {
 		r.Interfaces = append(r.Interfaces, &current.Interface{Name: a.Tap.Name, Mac: a.Tap.MAC, Mtu: a.Tap.MTU, Sandbox: a.Tap.Sandbox})
-		carrier = ifTap
 	}
 	r.IPs = []*current.IPConfig{{
-		Interface: current.Int(carrier),
+		Interface: current.Int(ifPodVeth),
 		Address:   net.IPNet{IP: ip.AsSlice(), Mask: net.CIDRMask(c.SubnetPrefix.Bits(), 32)},
 		Gateway:   c.GatewayAddr.AsSlice(),
 	}}

@@ -31,7 +31,7 @@ func TestVMGuestReachesGateway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tap := r.Interfaces[*r.IPs[0].Interface]
+	tap := r.Interfaces[len(r.Interfaces)-1] // the TAP comes last
 	res, err := g.Run(t.Context(), testvm.Config{
 		NetNS:   pod.Path,
 		Tap:     tap.Name,

@@ -141,7 +141,9 @@ func (d *standalone) cniAdd(t *testing.T, pod *netnstest.NS, containerID, podNam
 	if len(res.IPs) != 1 || res.IPs[0].Interface == nil {
 		t.Fatalf("CNI result without one IP on an interface: %s", out)
 	}
-	return res.Interfaces[*res.IPs[0].Interface], res.IPs[0].Address.IP.String()
+	// The IP names the pod veth (CNI_IFNAME); the TAP, with the guest's
+	// MAC, comes last.
+	return res.Interfaces[len(res.Interfaces)-1], res.IPs[0].Address.IP.String()
 }
 
 // bridgePort makes a namespace whose eth0, with MAC mac, is a port of the

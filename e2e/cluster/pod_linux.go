@@ -115,7 +115,7 @@ func (n *Node) addPod(tb testing.TB, name string, vm bool) *Pod {
 	ip, _ := netip.AddrFromSlice(res.IPs[0].Address.IP.To4())
 	p.IP = ip
 	if vm {
-		iface := res.Interfaces[*res.IPs[0].Interface]
+		iface := res.Interfaces[len(res.Interfaces)-1] // the TAP comes last
 		p.Tap, p.MAC = iface.Name, iface.Mac
 	}
 	return p
