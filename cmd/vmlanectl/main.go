@@ -39,7 +39,7 @@ func usage() string {
   vmlanectl leases get    (--mac MAC | --ip IP) [--lease-file FILE] [-o table|json]
   vmlanectl leases wait   --mac MAC [--timeout DURATION] [--lease-file FILE] [-o table|json]
   vmlanectl leases export --cocoon PATH [--lease-file FILE]
-  vmlanectl teardown      [--route-protocol N] [--cni-conf-dir DIR] [--bridge NAME] [--dry-run]
+  vmlanectl teardown      [--route-protocol N] [--cni-conf-dir DIR] [--vm-cni-conf-dir DIR] [--bridge NAME] [--dry-run]
   vmlanectl help
 
 Commands:

@@ -20,8 +20,9 @@ import (
 // of which pod had which address.
 func teardown(w io.Writer, o teardownOpts) error {
 	if o.dryRun {
-		fmt.Fprintf(w, "would remove: routes with protocol %d, iptables chains %s and %s with their jumps, %s and %s in %s, bridge %s\n",
-			o.protocol, routes.ChainNAT, routes.ChainForward, plugin.ConflistName, plugin.VMConflistName, o.cniConfDir, o.bridge)
+		fmt.Fprintf(w, "would remove: routes with protocol %d, iptables chains %s and %s with their jumps, %s, %s, bridge %s\n",
+			o.protocol, routes.ChainNAT, routes.ChainForward, filepath.Join(o.cniConfDir, plugin.ConflistName),
+			filepath.Join(o.vmCNIConfDir, plugin.VMConflistName), o.bridge)
 		return nil
 	}
 	var errs []error
@@ -42,8 +43,7 @@ func teardown(w io.Writer, o teardownOpts) error {
 		fmt.Fprintf(w, "removed route %s\n", r)
 	}
 	fmt.Fprintf(w, "removed iptables chains %s and %s\n", routes.ChainNAT, routes.ChainForward)
-	for _, name := range []string{plugin.ConflistName, plugin.VMConflistName} {
-		p := filepath.Join(o.cniConfDir, name)
+	for _, p := range []string{filepath.Join(o.cniConfDir, plugin.ConflistName), filepath.Join(o.vmCNIConfDir, plugin.VMConflistName)} {
 		err := os.Remove(p)
 		switch {
 		case err == nil:

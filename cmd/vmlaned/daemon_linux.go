@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -141,12 +142,16 @@ func setupNode(c *config, subnet netip.Prefix, log *slog.Logger) (int, error) {
 			return 0, err
 		}
 		name := conflistFile(vm)
-		wrote, err := writeConflist(c.CNIConfDir, name, data)
+		dir := c.CNIConfDir
+		if vm {
+			dir = c.VMCNIConfDir
+		}
+		wrote, err := writeConflist(dir, name, data)
 		if err != nil {
 			return 0, fmt.Errorf("writing CNI config: %w", err)
 		}
 		if wrote {
-			log.Info("wrote CNI config", "file", name, "subnet", subnet)
+			log.Info("wrote CNI config", "file", filepath.Join(dir, name), "subnet", subnet)
 		}
 	}
 	log.Info("node set up", "bridge", c.Bridge, "gateway", gw, "mtu", mtu)

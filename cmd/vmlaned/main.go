@@ -46,6 +46,11 @@ type config struct {
 	Resync        time.Duration
 	Masquerade    bool
 	CNIConfDir    string
+	// VMCNIConfDir is where the VM conflist goes (CNIConfDir if empty):
+	// a folder of its own lets a CRI runtime handler for VM pods use it
+	// (containerd's per-runtime cni_conf_dir) while plain pods use the
+	// plain conflist.
+	VMCNIConfDir string
 	// CNIVersion pins the conflists' cniVersion ("" for auto: see
 	// compatVersion).
 	CNIVersion       string
@@ -84,6 +89,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.Resync, "resync-period", 30*time.Second, "how often routes and rules are checked without events")
 	fs.BoolVar(&c.Masquerade, "masquerade", true, "masquerade pod traffic that leaves the pod network")
 	fs.StringVar(&c.CNIConfDir, "cni-conf-dir", plugin.DefaultConfDir, "where the CNI conflists are written")
+	fs.StringVar(&c.VMCNIConfDir, "vm-cni-conf-dir", "", "where the VM pods' conflist is written, for a CRI runtime handler of VM pods (default: --cni-conf-dir)")
 	fs.StringVar(&cniVersion, "cni-version", autoCNIVersion, "cniVersion of the conflists: auto (1.0.0 for containerd 1.x, 1.1.0 for runtimes that read cniVersions) or one of "+strings.Join(plugin.SupportedVersions.SupportedVersions(), ", "))
 	fs.StringVar(&c.NodeIPAnnotation, "node-ip-annotation", "", "annotation whose address overrides a node's InternalIP as next hop")
 	fs.StringVar(&c.HealthAddr, "health-addr", "127.0.0.1:9465", "address of /healthz and /readyz (never the VM bridge)")
@@ -113,6 +119,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	}
 	if err := c.LogLevel.UnmarshalText([]byte(logLevel)); err != nil {
 		return nil, fmt.Errorf("invalid --log-level %q: want debug, info, warn or error", logLevel)
+	}
+	if c.VMCNIConfDir == "" {
+		c.VMCNIConfDir = c.CNIConfDir
 	}
 	if cniVersion != autoCNIVersion {
 		if !slices.Contains(plugin.SupportedVersions.SupportedVersions(), cniVersion) {
