@@ -50,7 +50,9 @@ default_kubernetes_version=v1.37.2
 # Bump when the way the binaries are built changes (flags, ldflags, which
 # binaries), so that caches of an older recipe are rebuilt.
 # 2: kubectl added.
-recipe=2
+# 3: kube-controller-manager, kube-scheduler, kubelet and kube-proxy added
+#    (real nodes in e2e/cluster).
+recipe=3
 
 print_dir=0
 if [[ ${1:-} == --print-dir ]]; then
@@ -74,6 +76,10 @@ patch=${BASH_REMATCH[2]}
 staging_version=v0.$minor.$patch
 out=$cache/$kv
 
+# The binaries built from k8s.io/kubernetes, in build order: the apiserver
+# first, whose packages most of the others then reuse from the build cache.
+kube_binaries=(kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet kube-proxy)
+
 log() { echo "build.sh: $*" >&2; }
 die() {
 	log "error: $*"
@@ -90,7 +96,11 @@ result() {
 # up_to_date reports whether $out holds a complete build of this recipe
 # (and of VMLANE_ETCD_VERSION, when that is set).
 up_to_date() {
-	[[ -f $out/.stamp && -x $out/kube-apiserver && -x $out/kubectl && -x $out/etcd ]] || return 1
+	[[ -f $out/.stamp && -x $out/etcd ]] || return 1
+	local b
+	for b in "${kube_binaries[@]}"; do
+		[[ -x $out/$b ]] || return 1
+	done
 	local stamp
 	stamp=$(<"$out/.stamp")
 	[[ $stamp == "kubernetes=$kv "* && $stamp == *" recipe=$recipe" ]] || return 1
@@ -187,8 +197,9 @@ mkdir -p "$ksrc"
 	echo
 	echo "require k8s.io/kubernetes $kv"
 	echo
-	echo "tool k8s.io/kubernetes/cmd/kube-apiserver"
-	echo "tool k8s.io/kubernetes/cmd/kubectl"
+	for b in "${kube_binaries[@]}"; do
+		echo "tool k8s.io/kubernetes/cmd/$b"
+	done
 	echo
 	echo "replace ("
 	for m in "${staging[@]}"; do
@@ -211,8 +222,9 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 	ldflags+=" -X $pkg.gitVersion=$kv -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
 	ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 done
-(cd "$ksrc" && gobuild kube-apiserver "$out/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver -ldflags "$ldflags")
-(cd "$ksrc" && gobuild kubectl "$out/kubectl" k8s.io/kubernetes/cmd/kubectl -ldflags "$ldflags")
+for b in "${kube_binaries[@]}"; do
+	(cd "$ksrc" && gobuild "$b" "$out/$b" "k8s.io/kubernetes/cmd/$b" -ldflags "$ldflags")
+done
 
 # --- etcd -----------------------------------------------------------------
 ev=${VMLANE_ETCD_VERSION:-}

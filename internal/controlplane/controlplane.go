@@ -34,6 +34,12 @@ type Options struct {
 	// StartTimeout bounds each wait for etcd or the apiserver to become
 	// ready; zero means DefaultStartTimeout.
 	StartTimeout time.Duration
+	// ClusterCIDR, when set, also starts kube-controller-manager, which
+	// allocates each Node a /24 podCIDR from it (node IPAM, as kubeadm's
+	// --pod-network-cidr does), and kube-scheduler: what a cluster with
+	// real kubelets needs. Without it there are no controllers, and tests
+	// write Node objects themselves.
+	ClusterCIDR netip.Prefix
 }
 
 // validate reports misuse of the switch options.
@@ -45,6 +51,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("Options.SwitchNS %s needs an IPv4 Options.Addr, have %v", o.SwitchNS, o.Addr)
 	case o.SwitchNS != "" && o.SwitchBridge == "":
 		return fmt.Errorf("Options.SwitchNS %s needs Options.SwitchBridge", o.SwitchNS)
+	case o.ClusterCIDR.IsValid() && (!o.ClusterCIDR.Addr().Is4() || o.ClusterCIDR.Bits() > 22 || o.ClusterCIDR != o.ClusterCIDR.Masked()):
+		return fmt.Errorf("Options.ClusterCIDR %s: want an IPv4 network of /22 or larger (nodes get /24s)", o.ClusterCIDR)
 	}
 	return nil
 }
@@ -62,6 +70,9 @@ const (
 	etcdPeerPort   = 2380
 	// APIServerPort is the apiserver's secure port.
 	APIServerPort = 6443
+	// The controllers' secure ports, for their /healthz.
+	controllerManagerPort = 10257
+	schedulerPort         = 10259
 )
 
 // stopGrace is how long a SIGTERM'd server gets before SIGKILL. The
@@ -104,9 +115,12 @@ type ControlPlane struct {
 	args    []string // extra apiserver flags
 	timeout time.Duration
 
-	mu        sync.Mutex
-	etcd      *proc // guarded by mu
-	apiserver *proc // guarded by mu
+	clusterCIDR netip.Prefix
+
+	mu          sync.Mutex
+	etcd        *proc   // guarded by mu
+	apiserver   *proc   // guarded by mu
+	controllers []*proc // guarded by mu: kube-controller-manager, kube-scheduler
 }
 
 // ClientConfig is what a client-go rest.Config needs, without this package

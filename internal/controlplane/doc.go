@@ -36,6 +36,13 @@ var ErrNotBuilt = errors.New("control plane binaries not built")
 type Binaries struct {
 	APIServer string
 	Etcd      string
+	// Built with them (build.sh recipe 3), for clusters with real nodes:
+	// the controllers, the node agents and the client.
+	ControllerManager string
+	Scheduler         string
+	Kubelet           string
+	KubeProxy         string
+	Kubectl           string
 }
 
 // Find locates the binaries that build.sh put in $VMLANE_CONTROLPLANE_DIR.
@@ -52,15 +59,21 @@ func Find() (Binaries, error) {
 
 // FindIn is [Find] for an explicit build directory.
 func FindIn(dir string) (Binaries, error) {
+	b := Binaries{
+		APIServer:         filepath.Join(dir, "kube-apiserver"),
+		Etcd:              filepath.Join(dir, "etcd"),
+		ControllerManager: filepath.Join(dir, "kube-controller-manager"),
+		Scheduler:         filepath.Join(dir, "kube-scheduler"),
+		Kubelet:           filepath.Join(dir, "kubelet"),
+		KubeProxy:         filepath.Join(dir, "kube-proxy"),
+		Kubectl:           filepath.Join(dir, "kubectl"),
+	}
 	// build.sh writes .stamp last: without it the build is partial.
-	for _, name := range []string{".stamp", "kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+	for _, path := range []string{filepath.Join(dir, ".stamp"), b.APIServer, b.Etcd, b.ControllerManager, b.Scheduler, b.Kubelet, b.KubeProxy, b.Kubectl} {
+		if _, err := os.Stat(path); err != nil {
 			return Binaries{}, fmt.Errorf("%w: %s=%s has no %s; run `make controlplane`: %w",
-				ErrNotBuilt, EnvDir, dir, name, err)
+				ErrNotBuilt, EnvDir, dir, filepath.Base(path), err)
 		}
 	}
-	return Binaries{
-		APIServer: filepath.Join(dir, "kube-apiserver"),
-		Etcd:      filepath.Join(dir, "etcd"),
-	}, nil
+	return b, nil
 }

@@ -57,6 +57,8 @@ func Start(t testing.TB, opts Options) *ControlPlane {
 		host:    netip.MustParseAddr("127.0.0.1"),
 		args:    opts.APIServerArgs,
 		timeout: opts.StartTimeout,
+
+		clusterCIDR: opts.ClusterCIDR,
 	}
 	if cp.timeout == 0 {
 		cp.timeout = DefaultStartTimeout
@@ -90,6 +92,11 @@ func Start(t testing.TB, opts Options) *ControlPlane {
 	if err := cp.startAPIServer(); err != nil {
 		t.Fatalf("controlplane: %v", err)
 	}
+	if cp.clusterCIDR.IsValid() {
+		if err := cp.startControllers(); err != nil {
+			t.Fatalf("controlplane: %v", err)
+		}
+	}
 	t.Logf("controlplane: %s up at %s in %v (etcd %v, kube-apiserver %v); logs in %s",
 		name, cp.URL, time.Since(began).Round(time.Millisecond), etcdUp.Sub(began).Round(time.Millisecond),
 		time.Since(etcdUp).Round(time.Millisecond), dir)
@@ -101,7 +108,10 @@ func Start(t testing.TB, opts Options) *ControlPlane {
 // where the reason usually is.
 func (cp *ControlPlane) cleanup() {
 	if cp.t.Failed() {
-		for _, name := range []string{"etcd", "kube-apiserver"} {
+		for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+			if _, err := os.Stat(filepath.Join(cp.dir, name+".log")); err != nil {
+				continue
+			}
 			cp.t.Logf("controlplane: tail of %s.log:\n%s", name, tail(filepath.Join(cp.dir, name+".log"), 40))
 		}
 	}
@@ -113,10 +123,75 @@ func (cp *ControlPlane) cleanup() {
 func (cp *ControlPlane) Stop() {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
+	for _, p := range cp.controllers {
+		p.stop()
+	}
+	cp.controllers = nil
 	cp.apiserver.stop()
 	cp.apiserver = nil
 	cp.etcd.stop()
 	cp.etcd = nil
+}
+
+// startControllers starts kube-controller-manager and kube-scheduler with
+// the admin kubeconfig, and waits for each one's /healthz.
+func (cp *ControlPlane) startControllers() error {
+	f := func(name string) string { return filepath.Join(cp.dir, name) }
+	kubeconfig := f(kubeconfigFile)
+	common := []string{
+		"--kubeconfig=" + kubeconfig,
+		// Delegated authentication and authorization of their own
+		// /healthz and /metrics, through the apiserver; without these
+		// they warn and deny every request but /healthz.
+		"--authentication-kubeconfig=" + kubeconfig,
+		"--authorization-kubeconfig=" + kubeconfig,
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1",
+	}
+	kcm := append([]string{
+		"--secure-port=" + strconv.Itoa(controllerManagerPort),
+		"--allocate-node-cidrs=true",
+		"--cluster-cidr=" + cp.clusterCIDR.String(),
+		"--node-cidr-mask-size=24",
+		"--service-cluster-ip-range=" + ServiceCIDR,
+		// Publishes kube-root-ca.crt into every namespace, which every
+		// pod's projected ServiceAccount volume reads: without it pods
+		// never leave ContainerCreating.
+		"--root-ca-file=" + f(caCertFile),
+		"--service-account-private-key-file=" + f(saKeyFile),
+		"--cert-dir=" + f("kcm-certs"),
+	}, common...)
+	sched := append([]string{
+		"--secure-port=" + strconv.Itoa(schedulerPort),
+		"--cert-dir=" + f("scheduler-certs"),
+	}, common...)
+	for _, c := range []struct {
+		name, bin string
+		args      []string
+		port      int
+	}{
+		{"kube-controller-manager", cp.bins.ControllerManager, kcm, controllerManagerPort},
+		{"kube-scheduler", cp.bins.Scheduler, sched, schedulerPort},
+	} {
+		p, err := cp.startProc(c.name, c.bin, c.args)
+		if err != nil {
+			return err
+		}
+		cp.mu.Lock()
+		cp.controllers = append(cp.controllers, p)
+		cp.mu.Unlock()
+		hc := &http.Client{Transport: &http.Transport{
+			DialContext: cp.Dial,
+			// Their serving certificates are self-signed (--cert-dir).
+			TLSClientConfig: &tls.Config{InsecureSkipVerify: true},
+		}}
+		err = cp.waitReady(p, hc, fmt.Sprintf("https://127.0.0.1:%d/healthz", c.port), "")
+		hc.CloseIdleConnections()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // StopAPIServer stops the apiserver (SIGTERM, as a rolling update would)
@@ -209,6 +284,9 @@ func (cp *ControlPlane) apiserverArgs() []string {
 		// As kubeadm and every managed cluster set it: node agents (CNI
 		// DaemonSets among them) need a privileged container or two.
 		"--allow-privileged=true",
+		// kubectl logs and exec reach kubelets at the Node's InternalIP,
+		// not at its hostname, which nothing here resolves.
+		"--kubelet-preferred-address-types=InternalIP",
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file=" + f(saPubFile),
 		"--service-account-signing-key-file=" + f(saKeyFile),
