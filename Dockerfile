@@ -38,12 +38,16 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 # for looking around (`ip route show proto 77`), vmlaned itself uses
 # netlink.
 FROM debian:12-slim
+# The package list is manifests/image/packages, which `make image` (no
+# Docker) installs with debootstrap: one list for both builds.
+COPY manifests/image/packages /tmp/packages
 RUN apt-get update \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends iptables iproute2 \
-    && rm -rf /var/lib/apt/lists/*
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(grep -v '^#' /tmp/packages) \
+    && rm -rf /var/lib/apt/lists/* /tmp/packages
 
 # The entrypoint points iptables and ip6tables at the backend whose rules
-# the node already has, then execs its arguments. The two backends are
+# the node already has, then execs its arguments
+# (manifests/image/entrypoint.sh, which `make image` packs too). The two backends are
 # separate rule sets in the kernel, and a rule added with one runs after
 # every rule of the other whatever its position, so vmlane's rules must go
 # where the kubelet's and kube-proxy's are. The detection is the one of
@@ -52,36 +56,7 @@ RUN apt-get update \
 # KUBE-KUBELET-CANARY in the mangle table of the backend the node uses;
 # nft if neither backend has one. VMLANE_IPTABLES_MODE=nft or legacy skips
 # the detection.
-COPY --chmod=0755 <<'EOF' /usr/local/bin/vmlane-entrypoint
-#!/bin/sh
-set -eu
-mode=${VMLANE_IPTABLES_MODE:-auto}
-hint='^:(KUBE-IPTABLES-HINT|KUBE-KUBELET-CANARY)'
-if [ "$mode" = auto ]; then
-	mode=nft
-	if iptables-nft-save -t mangle 2>/dev/null | grep -Eq "$hint" ||
-		ip6tables-nft-save -t mangle 2>/dev/null | grep -Eq "$hint"; then
-		mode=nft
-	# All tables, not -t mangle: naming a legacy table makes the kernel
-	# create it.
-	elif iptables-legacy-save 2>/dev/null | grep -Eq "$hint" ||
-		ip6tables-legacy-save 2>/dev/null | grep -Eq "$hint"; then
-		mode=legacy
-	fi
-fi
-case $mode in
-nft | legacy) ;;
-*)
-	echo "vmlane-entrypoint: invalid VMLANE_IPTABLES_MODE=$mode: want auto, nft or legacy" >&2
-	exit 2
-	;;
-esac
-for cmd in iptables ip6tables; do
-	update-alternatives --quiet --set "$cmd" "/usr/sbin/$cmd-$mode"
-done
-echo "vmlane-entrypoint: iptables backend: $mode" >&2
-exec "$@"
-EOF
+COPY --chmod=0755 manifests/image/entrypoint.sh /usr/local/bin/vmlane-entrypoint
 
 COPY --from=build /out/ /usr/local/bin/
 ENTRYPOINT ["/usr/local/bin/vmlane-entrypoint"]

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"archive/tar"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// packOptions say what to pack and how the image runs.
+type packOptions struct {
+	Dir, Tag, Out   string
+	Entrypoint, Cmd []string
+	Env             []string
+}
+
+// defaultPath is the image's PATH unless -env sets one.
+const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// pack writes o.Dir as a one-layer linux/amd64 image tagged o.Tag to
+// o.Out, through a temporary file renamed into place.
+func pack(o packOptions) error {
+	tag, err := name.NewTag(o.Tag)
+	if err != nil {
+		return fmt.Errorf("invalid -tag %q: %w", o.Tag, err)
+	}
+	layerPath := o.Out + ".layer"
+	defer os.Remove(layerPath)
+	if err := writeLayer(o.Dir, layerPath); err != nil {
+		return err
+	}
+	layer, err := tarball.LayerFromFile(layerPath)
+	if err != nil {
+		return err
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		return err
+	}
+	// The config from AppendLayers already lists the layer's diff_id;
+	// a config made from scratch would not, and ctr rejects an image
+	// whose layers and diff_ids disagree.
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return err
+	}
+	cf = cf.DeepCopy()
+	cf.Architecture, cf.OS = "amd64", "linux"
+	env := o.Env
+	if !hasPath(env) {
+		env = append([]string{defaultPath}, env...)
+	}
+	cf.Config = v1.Config{Entrypoint: o.Entrypoint, Cmd: o.Cmd, Env: env}
+	img, err = mutate.ConfigFile(img, cf)
+	if err != nil {
+		return err
+	}
+	tmp := o.Out + ".tmp"
+	if err := tarball.WriteToFile(tmp, tag, img); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("writing %s: %w", o.Out, err)
+	}
+	return os.Rename(tmp, o.Out)
+}
+
+func hasPath(env []string) bool {
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "PATH=") {
+			return true
+		}
+	}
+	return false
+}
+
+// writeLayer writes dir's tree as an uncompressed tar at path: folders,
+// files, symlinks and hard-linked files as such; sockets, devices and
+// fifos left out (a running root's /dev and /run are not the image's).
+func writeLayer(dir, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	tw := tar.NewWriter(f)
+	// inode → first name, for hard links.
+	seen := map[uint64]string{}
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		mode := fi.Mode()
+		if !mode.IsRegular() && !mode.IsDir() && mode&fs.ModeSymlink == 0 {
+			return nil
+		}
+		var link string
+		if mode&fs.ModeSymlink != 0 {
+			if link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		}
+		h, err := tar.FileInfoHeader(fi, link)
+		if err != nil {
+			return err
+		}
+		h.Name = filepath.ToSlash(rel)
+		if fi.IsDir() {
+			h.Name += "/"
+		}
+		h.Uname, h.Gname = "", ""
+		h.ModTime, h.AccessTime, h.ChangeTime = time.Unix(0, 0), time.Time{}, time.Time{}
+		h.Format = tar.FormatPAX
+		st, _ := fi.Sys().(*syscall.Stat_t)
+		if st != nil {
+			h.Uid, h.Gid = int(st.Uid), int(st.Gid)
+			if mode.IsRegular() && st.Nlink > 1 {
+				if first, ok := seen[st.Ino]; ok {
+					h.Typeflag, h.Linkname, h.Size = tar.TypeLink, first, 0
+				} else {
+					seen[st.Ino] = h.Name
+				}
+			}
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if h.Typeflag != tar.TypeReg {
+			return nil
+		}
+		src, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer src.Close()
+		_, err = io.Copy(tw, src)
+		return err
+	})
+	if err == nil {
+		err = tw.Close()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
