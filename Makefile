@@ -9,7 +9,8 @@ BIN       := $(CURDIR)/bin
 CACHE     := $(CURDIR)/.cache
 FUZZTIME  ?= 10s
 # Packages the privileged tests and the demo use, all from Debian 12.
-APT_PKGS  := iproute2 iptables iputils-ping util-linux procps kmod cpio busybox-static qemu-system-x86 isc-dhcp-client dhcpcd-base dnsmasq-base
+APT_PKGS  := iproute2 iptables iputils-ping util-linux procps kmod cpio busybox-static qemu-system-x86 isc-dhcp-client dhcpcd-base dnsmasq-base \
+	runc debootstrap binutils
 
 export GOFLAGS ?= -buildvcs=false
 
@@ -18,14 +19,15 @@ export GOFLAGS ?= -buildvcs=false
 CNI_PLUGINS_VERSION = $(shell $(GO) list -m -f '{{.Version}}' github.com/containernetworking/plugins)
 CNI_PLUGINS_DIR     = $(CACHE)/cni-plugins/$(CNI_PLUGINS_VERSION)
 
-.PHONY: all build test deps lint unit e2e fuzz darwin bench demo demo-down guest controlplane cni-reference clean distclean
+.PHONY: all build test deps lint unit e2e fuzz darwin bench demo demo-down guest controlplane realnode image cni-reference clean distclean
 
 all: build
 
-## build: vmlane, vmlaned and vmlanectl into bin/
+## build: vmlane, vmlaned and vmlanectl into bin/, static (the plugin runs
+## on the node under whatever libc it has; the image packs these)
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/...
 
 ## deps: Debian packages the tests need (only what is missing)
 deps:
@@ -46,6 +48,14 @@ guest: deps
 controlplane:
 	@bash internal/controlplane/build.sh $(CACHE)/controlplane
 
+## realnode: containerd 2.x (module proxy) and Debian's containerd 1.6 for the real nodes, cached
+realnode: deps
+	@bash internal/realnode/build.sh $(CACHE)/realnode
+
+## image: the vmlane image, the pause and busybox test images, as tarballs in .cache/images (no Docker)
+image: deps build
+	@bash internal/imagebuild/build.sh $(CACHE)/images $(BIN)
+
 ## test: everything CI runs: lint, unit + privileged tests, e2e, fuzz, darwin build
 test: deps guest controlplane build lint unit e2e fuzz darwin
 	@echo "make test: all passed"
@@ -53,7 +63,9 @@ test: deps guest controlplane build lint unit e2e fuzz darwin
 # The environment every privileged test and the demo find their inputs by.
 TEST_ENV = VMLANE_PRIVILEGED=require VMLANE_BIN_DIR=$(BIN) \
 	VMLANE_GUEST_DIR=$$(bash internal/testvm/build-guest.sh --print-dir $(CACHE)/guest) \
-	VMLANE_CONTROLPLANE_DIR=$$(bash internal/controlplane/build.sh --print-dir $(CACHE)/controlplane)
+	VMLANE_CONTROLPLANE_DIR=$$(bash internal/controlplane/build.sh --print-dir $(CACHE)/controlplane) \
+	VMLANE_REALNODE_DIR=$$(bash internal/realnode/build.sh --print-dir $(CACHE)/realnode) \
+	VMLANE_IMAGE_DIR=$(CACHE)/images VMLANE_CNI_PLUGINS_DIR=$(CNI_PLUGINS_DIR)
 
 ## demo: a three-node cluster with VM pods, its account printed, torn down (KEEP=1 leaves it up)
 demo: deps guest controlplane build
@@ -66,11 +78,18 @@ demo-down:
 	for i in $$(seq 100); do kill -0 $$pid 2>/dev/null || break; sleep 0.2; done; \
 	rm -f $(CACHE)/demo/demo.pid; echo "demo torn down"
 
-## e2e: the multi-node end-to-end suite, with its total time
-e2e: deps guest controlplane build
+## e2e: the multi-node end-to-end suites (namespaces; real nodes), with their total time
+e2e: deps guest controlplane realnode image cni-reference build
 	@start=$$(date +%s); \
 	$(TEST_ENV) $(GO) test -tags e2e -count=1 -timeout 20m -v ./e2e/ 2>&1 | tee /tmp/vmlane-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|e2e:|    )' ; \
-	rc=$${PIPESTATUS[0]}; echo "e2e: $$(( $$(date +%s) - start ))s in all (log: /tmp/vmlane-e2e.log)"; exit $$rc
+	rc=$${PIPESTATUS[0]}; echo "e2e: $$(( $$(date +%s) - start ))s in all (log: /tmp/vmlane-e2e.log)"; [ $$rc = 0 ] || exit $$rc; \
+	$(MAKE) --no-print-directory e2e-real
+
+## e2e-real: the real-node suite alone (containerd, kubelet, the DaemonSet, pods made with kubectl)
+e2e-real: deps guest controlplane realnode image cni-reference build
+	@start=$$(date +%s); \
+	$(TEST_ENV) $(GO) test -tags e2e -count=1 -timeout 30m -v ./e2e/realnode/ 2>&1 | tee /tmp/vmlane-e2e-real.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|e2e-realnode:|•|    )' ; \
+	rc=$${PIPESTATUS[0]}; echo "e2e-real: $$(( $$(date +%s) - start ))s in all (log: /tmp/vmlane-e2e-real.log)"; exit $$rc
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -115,11 +134,14 @@ bench: deps build cni-reference controlplane
 		VMLANE_CONTROLPLANE_DIR=$$(bash internal/controlplane/build.sh --print-dir $(CACHE)/controlplane) \
 		$(GO) test -run '^$$' -bench RouteController5000 -benchtime 1x -timeout 20m ./cmd/vmlaned | tee $(CACHE)/bench-routes.txt
 
-# One go install makes both reference plugins, cached by version.
+# One go install makes the reference plugins, cached by version: bridge
+# and host-local for `make bench`, and loopback, which a real node's
+# runtime package puts in /opt/cni/bin beside vmlane (the real-node e2e).
 cni-reference:
-	@test -x $(CNI_PLUGINS_DIR)/bridge -a -x $(CNI_PLUGINS_DIR)/host-local || \
-		GOBIN=$(CNI_PLUGINS_DIR) $(GO) install \
+	@test -x $(CNI_PLUGINS_DIR)/bridge -a -x $(CNI_PLUGINS_DIR)/host-local -a -x $(CNI_PLUGINS_DIR)/loopback || \
+		CGO_ENABLED=0 GOBIN=$(CNI_PLUGINS_DIR) $(GO) install \
 			github.com/containernetworking/plugins/plugins/main/bridge@$(CNI_PLUGINS_VERSION) \
+			github.com/containernetworking/plugins/plugins/main/loopback@$(CNI_PLUGINS_VERSION) \
 			github.com/containernetworking/plugins/plugins/ipam/host-local@$(CNI_PLUGINS_VERSION)
 
 clean:
