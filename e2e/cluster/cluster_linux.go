@@ -83,6 +83,46 @@ type Options struct {
 	Log io.Writer
 	// VMTimeout bounds each guest's life (default 10 minutes).
 	VMTimeout time.Duration
+
+	// For [NewReal]:
+	// RealNodes are the real nodes, started in order.
+	RealNodes []RealNodeSpec
+	// Overlay is the kustomization applied instead of Manifests: the
+	// manifests with the image built here (e2e/overlay).
+	Overlay string
+	// Images are the image tarballs every node's containerd imports
+	// (`make image`): vmlane's, the pause image and the test image.
+	Images []string
+	// CNIBinDir holds the loopback CNI plugin that a node's runtime
+	// package would have installed in /opt/cni/bin.
+	CNIBinDir string
+}
+
+// startControlPlane makes the switch and starts the control plane on it
+// with cpOpts (the switch fields filled in here), and an admin client.
+func (c *Cluster) startControlPlane(tb testing.TB, cpOpts controlplane.Options) {
+	tb.Helper()
+	c.step("switch")
+	c.Switch = netnstest.New(tb, "sw")
+	c.Switch.MustRun(tb, "ip", "link", "add", "sw0", "type", "bridge")
+	c.Switch.MustRun(tb, "ip", "link", "set", "sw0", "up")
+
+	what := "etcd, kube-apiserver"
+	if cpOpts.ClusterCIDR.IsValid() {
+		what += ", kube-controller-manager, kube-scheduler"
+	}
+	c.step("control plane (%s) at %s", what, APIServerIP)
+	cpOpts.Addr, cpOpts.SwitchNS, cpOpts.SwitchBridge = netip.PrefixFrom(APIServerIP, SwitchSubnet.Bits()), c.Switch.Name, "sw0"
+	c.CP = controlplane.Start(tb, cpOpts)
+	cc := c.CP.Client()
+	var err error
+	c.Client, err = kubernetes.NewForConfig(&rest.Config{
+		Host: cc.Host, BearerToken: cc.BearerToken, TLSClientConfig: rest.TLSClientConfig{CAData: cc.CAData},
+		Dial: cc.Dial, QPS: 50, Burst: 100,
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
 }
 
 // Cluster is a control plane, a switch, an outside host and nodes, each a
@@ -101,9 +141,12 @@ type Cluster struct {
 	// ServiceAccount's token.
 	NodeKubeconfig string
 	Nodes          []*Node
+	// RealNodes are the nodes of a cluster made by [NewReal].
+	RealNodes []*RealNode
 
 	tb    testing.TB
 	guest testvm.Guest
+	bins  controlplane.Binaries
 	dir   string
 }
 
@@ -129,27 +172,11 @@ func New(tb testing.TB, o Options) *Cluster {
 	if o.VMTimeout == 0 {
 		o.VMTimeout = 10 * time.Minute
 	}
-	c := &Cluster{Opts: o, tb: tb, guest: guest, dir: tb.TempDir(), KubectlPath: filepath.Join(filepath.Dir(bins.APIServer), "kubectl")}
+	c := &Cluster{Opts: o, tb: tb, guest: guest, bins: bins, dir: tb.TempDir(), KubectlPath: bins.Kubectl}
 	if _, err := os.Stat(c.KubectlPath); err != nil {
 		privtest.Missing(tb, fmt.Sprintf("no kubectl beside kube-apiserver (%v): run `make controlplane`", err))
 	}
-	c.step("switch")
-	c.Switch = netnstest.New(tb, "sw")
-	c.Switch.MustRun(tb, "ip", "link", "add", "sw0", "type", "bridge")
-	c.Switch.MustRun(tb, "ip", "link", "set", "sw0", "up")
-
-	c.step("control plane (etcd, kube-apiserver) at %s", APIServerIP)
-	c.CP = controlplane.Start(tb, controlplane.Options{
-		Addr: netip.PrefixFrom(APIServerIP, SwitchSubnet.Bits()), SwitchNS: c.Switch.Name, SwitchBridge: "sw0",
-	})
-	cc := c.CP.Client()
-	c.Client, err = kubernetes.NewForConfig(&rest.Config{
-		Host: cc.Host, BearerToken: cc.BearerToken, TLSClientConfig: rest.TLSClientConfig{CAData: cc.CAData},
-		Dial: cc.Dial, QPS: 50, Burst: 100,
-	})
-	if err != nil {
-		tb.Fatal(err)
-	}
+	c.startControlPlane(tb, controlplane.Options{})
 
 	c.step("manifests: kubectl apply --server-side -k %s", o.Manifests)
 	c.MustKubectl(tb, "apply", "--server-side", "-k", o.Manifests)

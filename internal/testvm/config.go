@@ -216,3 +216,16 @@ func (g Guest) command(c Config) []string {
 	)
 	return argv
 }
+
+// Command returns the argv that runs the guest for c, as [Guest.Start]
+// would run it, for a caller that starts QEMU itself: the e2e suite's VM
+// pods run it as their container's command, in the pod's own network
+// namespace (leave c.NetNS empty there). The guest's console is QEMU's
+// stdout, so its VMLANE-* lines are the container's log.
+func (g Guest) Command(c Config) ([]string, error) {
+	c, err := c.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return g.command(c), nil
+}

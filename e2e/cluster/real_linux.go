@@ -1,0 +1,241 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/netip"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/vmlane/vmlane/internal/controlplane"
+	"github.com/vmlane/vmlane/internal/privtest"
+	"github.com/vmlane/vmlane/internal/testvm"
+)
+
+// NewReal builds a cluster of real nodes, the path a user takes: a
+// control plane with kube-controller-manager (node IPAM hands out the
+// podCIDRs) and kube-scheduler, the manifests applied through the overlay
+// that swaps in the image built here, and nodes running containerd, the
+// kubelet and kube-proxy. vmlane reaches the nodes only as the DaemonSet:
+// its install-cni puts the plugin into each node's /opt/cni/bin, and its
+// vmlaned writes the conflists the node's containerd then uses.
+func NewReal(tb testing.TB, o Options) *Cluster {
+	tb.Helper()
+	privtest.Require(tb, "ip", "nsenter", "unshare", "runc", "qemu-system-x86_64")
+	bins, err := controlplane.Find()
+	if err != nil {
+		privtest.Missing(tb, err.Error())
+	}
+	if _, err := RuntimeDir(); err != nil {
+		privtest.Missing(tb, err.Error())
+	}
+	guest, err := testvm.Find()
+	if err != nil {
+		privtest.Missing(tb, err.Error())
+	}
+	if !o.ClusterCIDR.IsValid() {
+		o.ClusterCIDR = DefaultClusterCIDR
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	c := &Cluster{Opts: o, tb: tb, guest: guest, bins: bins, dir: tb.TempDir(), KubectlPath: bins.Kubectl}
+	c.startControlPlane(tb, controlplane.Options{ClusterCIDR: o.ClusterCIDR})
+	c.step("manifests: kubectl apply --server-side -k %s", o.Overlay)
+	c.MustKubectl(tb, "apply", "--server-side", "-k", o.Overlay)
+	c.step("outside host %s, the nodes' default gateway (serves /cgi-bin/whoami)", OutsideIP)
+	c.Outside = c.host(tb, "out", netip.PrefixFrom(OutsideIP, SwitchSubnet.Bits()))
+	ServeWhoAmI(tb, c.Outside, filepath.Join(c.dir, "outside-www"))
+	for _, s := range o.RealNodes {
+		c.AddRealNode(tb, s)
+	}
+	// Registered after the nodes, so it runs before they are stopped.
+	tb.Cleanup(func() {
+		if tb.Failed() {
+			c.dumpPods(tb)
+		}
+	})
+	return c
+}
+
+// dumpPods logs every pod and the tail of each vmlane pod's log: where a
+// failed run's reason usually is.
+func (c *Cluster) dumpPods(tb testing.TB) {
+	out, _ := c.Kubectl("get", "pods", "-A", "-o", "wide")
+	tb.Logf("kubectl get pods -A -o wide:\n%s", out)
+	out, _ = c.Kubectl("get", "nodes", "-o", "wide")
+	tb.Logf("kubectl get nodes -o wide:\n%s", out)
+	for _, n := range c.RealNodes {
+		// The kubelet's own log files, on the node's disk: they are
+		// there even when the apiserver cannot reach the kubelet.
+		logs, _ := filepath.Glob(filepath.Join(n.Dir, "ov", "varlog", "up", "pods", "vmlane-system_*", "*", "*.log"))
+		for _, l := range logs {
+			tb.Logf("%s: %s:\n%s", n.Name, strings.TrimPrefix(l, n.Dir), tailFile(l, 25))
+		}
+	}
+}
+
+// Guest is the QEMU test guest VM pods boot.
+func (c *Cluster) Guest() testvm.Guest { return c.guest }
+
+// RealNode returns the real node named name, nil if there is none.
+func (c *Cluster) RealNode(name string) *RealNode {
+	for _, n := range c.RealNodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// KubectlIn runs kubectl as admin with stdin.
+func (c *Cluster) KubectlIn(stdin string, args ...string) (string, error) {
+	argv := append([]string{"netns", "exec", c.CP.NetNS, c.KubectlPath, "--kubeconfig", c.CP.Kubeconfig}, args...)
+	cmd := exec.Command("ip", argv...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// Apply applies YAML objects with kubectl.
+func (c *Cluster) Apply(tb testing.TB, yaml string) {
+	tb.Helper()
+	if _, err := c.KubectlIn(yaml, "apply", "-f", "-"); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// WaitFor polls cond every half second for up to d and fails tb with what
+// cond saw last.
+func WaitFor(tb testing.TB, d time.Duration, what string, cond func() (bool, string)) {
+	tb.Helper()
+	var last string
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		var ok bool
+		if ok, last = cond(); ok {
+			return
+		}
+	}
+	tb.Fatalf("%s: not within %v; last seen:\n%s", what, d, last)
+}
+
+// NodesReady reports whether every real node's Node is Ready, and the
+// Ready conditions as `kubectl get nodes` would summarise them.
+func (c *Cluster) NodesReady() (bool, string) {
+	nodes, err := c.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return false, err.Error()
+	}
+	var b strings.Builder
+	ready := 0
+	for _, n := range nodes.Items {
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady {
+				fmt.Fprintf(&b, "%s podCIDR=%s Ready=%s %s\n", n.Name, n.Spec.PodCIDR, cond.Status, cond.Message)
+				if cond.Status == corev1.ConditionTrue {
+					ready++
+				}
+			}
+		}
+	}
+	return ready == len(c.RealNodes) && len(nodes.Items) == len(c.RealNodes), b.String()
+}
+
+// PodsReady reports whether want pods match selector in namespace ns and
+// all are Ready, with a line per pod.
+func (c *Cluster) PodsReady(ns, selector string, want int) (bool, string) {
+	pods, err := c.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return false, err.Error()
+	}
+	var b strings.Builder
+	ready := 0
+	for _, p := range pods.Items {
+		ok := p.DeletionTimestamp == nil && podReady(&p)
+		if ok {
+			ready++
+		}
+		fmt.Fprintf(&b, "%s on %s ip=%s phase=%s ready=%v %s\n", p.Name, p.Spec.NodeName, p.Status.PodIP, p.Status.Phase, ok, waitingReason(&p))
+	}
+	return ready == want && len(pods.Items) == want, b.String()
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, cond := range p.Status.Conditions {
+		if cond.Type == corev1.PodReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func waitingReason(p *corev1.Pod) string {
+	var out []string
+	for _, s := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+		if w := s.State.Waiting; w != nil {
+			out = append(out, s.Name+": "+w.Reason+" "+w.Message)
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// KubePod is a pod the kubelet runs, as the test sees it.
+type KubePod struct {
+	Namespace, Name, Node string
+	IP                    netip.Addr
+}
+
+// Pods returns the pods matching selector in ns.
+func (c *Cluster) Pods(tb testing.TB, ns, selector string) []KubePod {
+	tb.Helper()
+	pods, err := c.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var out []KubePod
+	for _, p := range pods.Items {
+		ip, _ := netip.ParseAddr(p.Status.PodIP)
+		out = append(out, KubePod{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName, IP: ip})
+	}
+	return out
+}
+
+// Exec runs argv in p's first container with kubectl exec, which goes
+// through the apiserver to p's kubelet and containerd, as a user's does.
+func (c *Cluster) Exec(p KubePod, argv ...string) (string, error) {
+	return c.Kubectl(append([]string{"-n", p.Namespace, "exec", p.Name, "--"}, argv...)...)
+}
+
+// PingFrom pings target count times from inside p and returns how many
+// answers came back.
+func (c *Cluster) PingFrom(p KubePod, target netip.Addr, count int, interval string) (int, string) {
+	out, _ := c.Exec(p, "ping", "-c", fmt.Sprint(count), "-i", interval, "-W", "2", target.String())
+	if m := busyboxRecvRE.FindStringSubmatch(out); m != nil {
+		var n int
+		fmt.Sscan(m[1], &n)
+		return n, out
+	}
+	return 0, out
+}
+
+// busyboxRecvRE reads busybox ping's summary ("3 packets transmitted, 3
+// packets received"); iputils' says "3 received".
+var busyboxRecvRE = regexp.MustCompile(`(\d+) packets received`)
+
+// WhoAmIFrom fetches target's /cgi-bin/whoami from inside p: the address
+// target saw the request come from.
+func (c *Cluster) WhoAmIFrom(p KubePod, target string) (string, error) {
+	out, err := c.Exec(p, "timeout", "10", "wget", "-q", "-O", "-", "http://"+target+"/cgi-bin/whoami")
+	return strings.TrimSpace(out), err
+}

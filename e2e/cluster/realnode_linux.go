@@ -1,0 +1,405 @@
+package cluster
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vmlane/vmlane/internal/netnstest"
+)
+
+//go:embed node-init.sh
+var nodeInit []byte
+
+// Runtime is a real node's container runtime.
+type Runtime string
+
+const (
+	// Containerd is containerd 2.x, built by internal/realnode/build.sh.
+	Containerd Runtime = "containerd"
+	// Containerd16 is Debian 12's containerd 1.6 package, whose libcni
+	// predates CNI 1.1: the old runtimes most clusters still run.
+	Containerd16 Runtime = "containerd-1.6"
+)
+
+// RealNodeSpec is a real node: its name, its address on the switch and
+// its container runtime. Its podCIDR comes from kube-controller-manager's
+// node IPAM.
+type RealNodeSpec struct {
+	Name    string
+	IP      netip.Addr
+	Runtime Runtime
+}
+
+// RealNode is a node as a user runs one: containerd, the kubelet and
+// kube-proxy in the node's own network and mount namespaces. vmlane gets
+// there only through the DaemonSet.
+type RealNode struct {
+	RealNodeSpec
+	NS *netnstest.NS
+	// Dir is the node's folder on the host: its disk (overlays, /run,
+	// containerd's root) and the daemons' logs.
+	Dir string
+
+	c      *Cluster
+	cgroup string // relative v1 cgroup path of everything the node runs
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// Prefix of the node folders and cgroups, as netnstest names its
+// namespaces: <prefix><pid>-<n>-<node>, so that a later run can tell a
+// killed run's leftovers from a live one's.
+const realNodePrefix = "vmlt-"
+
+var realNodeSeq atomic.Int64
+
+// RuntimeDir is where internal/realnode/build.sh put containerd & co
+// (`build.sh --print-dir`), from VMLANE_REALNODE_DIR.
+func RuntimeDir() (string, error) {
+	dir := os.Getenv("VMLANE_REALNODE_DIR")
+	if dir == "" {
+		return "", errors.New("VMLANE_REALNODE_DIR is not set: run `make realnode` and export VMLANE_REALNODE_DIR=$(bash internal/realnode/build.sh --print-dir .cache/realnode)")
+	}
+	for _, f := range []string{".stamp", "containerd", "containerd-shim-runc-v2", "ctr", "containerd-1.6/containerd"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			return "", fmt.Errorf("VMLANE_REALNODE_DIR=%s has no %s: run `make realnode`", dir, f)
+		}
+	}
+	return dir, nil
+}
+
+// runtimeBin is the folder of spec's containerd, ctr and shim.
+func (s RealNodeSpec) runtimeBin(dir string) string {
+	if s.Runtime == Containerd16 {
+		return filepath.Join(dir, "containerd-1.6")
+	}
+	return dir
+}
+
+// AddRealNode starts a real node on the switch and waits until its
+// kubelet has registered the Node.
+func (c *Cluster) AddRealNode(tb testing.TB, s RealNodeSpec) *RealNode {
+	tb.Helper()
+	if s.Runtime == "" {
+		s.Runtime = Containerd
+	}
+	c.step("real node %s: %s, kubelet, kube-proxy at %s", s.Name, s.Runtime, s.IP)
+	n := &RealNode{RealNodeSpec: s, c: c, exited: make(chan struct{})}
+	n.NS = c.host(tb, s.Name, netip.PrefixFrom(s.IP, SwitchSubnet.Bits()))
+	// A node has a default route: without one a pod's host-network
+	// connection to the kubernetes Service (10.96.0.1) fails with
+	// "network is unreachable" before kube-proxy's DNAT is consulted.
+	n.NS.MustRun(tb, "ip", "route", "add", "default", "via", OutsideIP.String())
+	id := fmt.Sprintf("%s%d-%d-%s", realNodePrefix, os.Getpid(), realNodeSeq.Add(1), s.Name)
+	n.Dir = filepath.Join(os.TempDir(), "vmlane-e2e-nodes", id)
+	base, err := ownMemoryCgroup()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	n.cgroup = filepath.Join(base, id)
+	// Cleanups run newest first: kill before the namespace goes (it was
+	// registered above), remove the folder once nothing runs on it.
+	tb.Cleanup(func() {
+		if tb.Failed() {
+			for _, f := range []string{"init.log", "containerd.log", "kubelet.log", "kube-proxy.log"} {
+				tb.Logf("node %s: tail of %s:\n%s", s.Name, f, tailFile(filepath.Join(n.Dir, f), 30))
+			}
+		}
+		n.stop()
+		os.RemoveAll(n.Dir)
+	})
+	if err := n.start(); err != nil {
+		tb.Fatalf("node %s: %v\ninit.log:\n%s", s.Name, err, tailFile(filepath.Join(n.Dir, "init.log"), 30))
+	}
+	c.RealNodes = append(c.RealNodes, n)
+	return n
+}
+
+func (n *RealNode) start() error {
+	sweepRealNodes()
+	rtDir, err := RuntimeDir()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(n.Dir, 0o755); err != nil {
+		return err
+	}
+	if err := makeCgroups(n.cgroup, "daemons", "pods"); err != nil {
+		return err
+	}
+	files := map[string][]byte{
+		"node-init.sh":    nodeInit,
+		"containerd.toml": []byte(containerdConfig(n.Runtime)),
+		"kubelet.yaml":    []byte(kubeletConfig(n.IP, "/"+filepath.Join(n.cgroup, "pods"))),
+		"kube-proxy.yaml": []byte(kubeProxyConfig(n.Name, n.c.Opts.ClusterCIDR)),
+	}
+	kc, err := os.ReadFile(n.c.CP.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	files["kubeconfig"] = kc
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(n.Dir, name), data, 0o644); err != nil {
+			return err
+		}
+	}
+	logf, err := os.Create(filepath.Join(n.Dir, "init.log"))
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	n.cmd = exec.Command("nsenter", "--net="+n.NS.Path, "--",
+		"unshare", "--mount", "--propagation", "private", "--", "sh", filepath.Join(n.Dir, "node-init.sh"))
+	n.cmd.Stdout, n.cmd.Stderr = logf, logf
+	n.cmd.Env = append(os.Environ(),
+		"NODE_DIR="+n.Dir, "NODE_NAME="+n.Name, "NODE_IP="+n.IP.String(),
+		"NODE_CGROUP="+filepath.Join(n.cgroup, "daemons"),
+		"RUNTIME_BIN="+n.runtimeBin(rtDir), "CNI_BIN="+n.c.Opts.CNIBinDir,
+		"KUBELET="+n.c.bins.Kubelet, "KUBE_PROXY="+n.c.bins.KubeProxy,
+		"IMAGES="+strings.Join(n.c.Opts.Images, " "),
+	)
+	// The init shell dies with the test binary; what it started is
+	// killed through the node's cgroup by stop, or by the next run's
+	// sweep.
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := n.cmd.Start(); err != nil {
+		return err
+	}
+	go func() { n.cmd.Wait(); close(n.exited) }()
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(n.Dir, "init.ready")); err == nil {
+			return nil
+		}
+		select {
+		case <-n.exited:
+			return fmt.Errorf("node-init.sh exited: %v", n.cmd.ProcessState)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return errors.New("containerd did not come up with the images imported within 3 minutes")
+		}
+	}
+}
+
+// ContainerdSocket is the node's containerd socket as the host sees it.
+func (n *RealNode) ContainerdSocket() string {
+	return filepath.Join(n.Dir, "run", "containerd", "containerd.sock")
+}
+
+// Log returns the tail of one of the node's logs: containerd.log,
+// kubelet.log, kube-proxy.log or init.log.
+func (n *RealNode) Log(name string, lines int) string {
+	return tailFile(filepath.Join(n.Dir, name), lines)
+}
+
+// stop kills everything the node runs, its containers too, through its
+// cgroup, and removes the cgroups. The mount namespace goes with its last
+// process, and with it every mount the node made.
+func (n *RealNode) stop() {
+	if n.cmd != nil && n.cmd.Process != nil {
+		n.cmd.Process.Kill()
+		<-n.exited
+	}
+	killCgroup(n.cgroup)
+}
+
+// Routes returns n's vmlane routes as `ip route show proto 77` prints
+// them.
+func (n *RealNode) Routes() string {
+	out, _ := n.NS.Run("ip", "route", "show", "proto", "77")
+	return strings.TrimSpace(out)
+}
+
+// cgroupHierarchies are the mounted cgroup v1 hierarchies, as folders
+// under /sys/fs/cgroup (cpu,cpuacct-style links are skipped: the
+// hierarchy is reached under its own name as well).
+func cgroupHierarchies() []string {
+	ents, _ := os.ReadDir("/sys/fs/cgroup")
+	var out []string
+	for _, e := range ents {
+		if !e.IsDir() || e.Name() == "unified" {
+			continue
+		}
+		out = append(out, filepath.Join("/sys/fs/cgroup", e.Name()))
+	}
+	return out
+}
+
+// ownMemoryCgroup is this process's memory cgroup: the nodes' cgroups
+// nest there, so what the nodes run stays within the memory this process
+// is allowed.
+func ownMemoryCgroup() (string, error) {
+	data, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) == 3 && f[1] == "memory" {
+			return strings.TrimPrefix(f[2], "/"), nil
+		}
+	}
+	return "", errors.New("no cgroup v1 memory hierarchy: the real-node e2e needs cgroup v1 (hybrid) as on this machine")
+}
+
+// makeCgroups creates base and base/<sub> in every hierarchy. cpuset
+// folders start with no CPUs and no memory nodes, where no task may go:
+// each level gets its parent's.
+func makeCgroups(base string, subs ...string) error {
+	for _, h := range cgroupHierarchies() {
+		dirs := []string{}
+		parts := strings.Split(base, "/")
+		for i := range parts {
+			dirs = append(dirs, filepath.Join(parts[:i+1]...))
+		}
+		for _, s := range subs {
+			dirs = append(dirs, filepath.Join(base, s))
+		}
+		for _, d := range dirs {
+			p := filepath.Join(h, d)
+			if err := os.Mkdir(p, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+				return fmt.Errorf("creating cgroup %s: %w", p, err)
+			}
+			if filepath.Base(h) != "cpuset" {
+				continue
+			}
+			for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+				if cur, _ := os.ReadFile(filepath.Join(p, f)); strings.TrimSpace(string(cur)) != "" {
+					continue
+				}
+				v, err := os.ReadFile(filepath.Join(filepath.Dir(p), f))
+				if err != nil {
+					return err
+				}
+				if err := os.WriteFile(filepath.Join(p, f), v, 0o644); err != nil {
+					return fmt.Errorf("%s: %w", filepath.Join(p, f), err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// killCgroup SIGKILLs every process under base (read from the memory
+// hierarchy, where every one of them is) until none is left, then removes
+// base's folders, deepest first, in every hierarchy.
+func killCgroup(base string) {
+	mem := filepath.Join("/sys/fs/cgroup/memory", base)
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		pids := cgroupPids(mem)
+		if len(pids) == 0 {
+			break
+		}
+		for _, p := range pids {
+			syscall.Kill(p, syscall.SIGKILL)
+		}
+	}
+	for _, h := range cgroupHierarchies() {
+		removeCgroupTree(filepath.Join(h, base))
+		// And the parents makeCgroups made, where no other test uses
+		// them (rmdir fails on a cgroup with tasks or children).
+		for d := filepath.Dir(base); d != "." && d != "/"; d = filepath.Dir(d) {
+			if syscall.Rmdir(filepath.Join(h, d)) != nil {
+				break
+			}
+		}
+	}
+}
+
+func cgroupPids(dir string) []int {
+	var pids []int
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+			return nil
+		}
+		data, _ := os.ReadFile(p)
+		for _, f := range strings.Fields(string(data)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+		return nil
+	})
+	return pids
+}
+
+// removeCgroupTree rmdirs dir's sub-cgroups, then dir (cgroup folders go
+// with rmdir, not unlink of their files).
+func removeCgroupTree(dir string) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if e.IsDir() {
+			removeCgroupTree(filepath.Join(dir, e.Name()))
+		}
+	}
+	syscall.Rmdir(dir)
+}
+
+var realSwept atomic.Bool
+
+// sweepRealNodes kills and removes what real nodes of killed test runs
+// left: their cgroups (with every process in them) and their folders.
+// Only names this package made, whose pid is dead, are touched.
+func sweepRealNodes() {
+	if realSwept.Swap(true) {
+		return
+	}
+	dead := func(name string) bool {
+		rest, ok := strings.CutPrefix(name, realNodePrefix)
+		if !ok {
+			return false
+		}
+		pid, err := strconv.Atoi(strings.SplitN(rest, "-", 2)[0])
+		return err == nil && pid != os.Getpid() && syscall.Kill(pid, 0) != nil
+	}
+	// Node cgroups sit a few levels down the memory hierarchy (under
+	// the memory cgroup of the run that made them).
+	root := "/sys/fs/cgroup/memory"
+	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil
+		}
+		if strings.Count(strings.TrimPrefix(p, root), "/") > 4 {
+			return filepath.SkipDir
+		}
+		if dead(d.Name()) {
+			killCgroup(strings.TrimPrefix(p, root+"/"))
+			return filepath.SkipDir
+		}
+		return nil
+	})
+	dir := filepath.Join(os.TempDir(), "vmlane-e2e-nodes")
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if dead(e.Name()) {
+			os.RemoveAll(filepath.Join(dir, e.Name()))
+		}
+	}
+}
+
+// tailFile returns the last n lines of a file, for failure messages.
+func tailFile(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,111 @@
+//go:build e2e
+
+// Package realnode is the e2e suite on real nodes: containerd, the kubelet
+// and kube-proxy on every node, vmlane installed only by `kubectl apply -k`
+// of the manifests (through e2e/overlay, which swaps in the image `make
+// image` built), and pods made with kubectl. It runs with `make e2e`
+// after the namespace suite (package e2e); README.md, "End-to-end tests",
+// says what each test shows.
+package realnode
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vmlane/vmlane/e2e/cluster"
+)
+
+// The cluster every test shares, built once in TestMain: three nodes,
+// node-a and node-b on containerd 2.x, node-c on Debian's containerd 1.6.
+var (
+	c *cluster.Cluster
+	// web are the plain pods (Deployment web, two per node) by node.
+	web = map[string][]cluster.KubePod{}
+	// vms are the VM pods by name: vm-a on node-a, vm-b on node-b.
+	vms = map[string]cluster.KubePod{}
+)
+
+func TestMain(m *testing.M) {
+	start := time.Now()
+	r := cluster.NewRunner(context.Background(), "e2e-realnode", os.Stderr)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-sig
+		fmt.Fprintf(os.Stderr, "e2e-realnode: %v: tearing the cluster down\n", s)
+		r.Close()
+		os.Exit(130)
+	}()
+	code := 1
+	if err := r.Run(func() { setup(r) }); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e-realnode: building the cluster failed: %v\n", err)
+	} else {
+		fmt.Printf("e2e-realnode: cluster up in %s\n", time.Since(start).Round(time.Second))
+		code = m.Run()
+	}
+	signal.Stop(sig)
+	r.Close()
+	fmt.Printf("e2e-realnode: total %s\n", time.Since(start).Round(time.Second))
+	os.Exit(code)
+}
+
+// env returns the environment variable name, which `make e2e` sets.
+func env(r *cluster.Runner, name string) string {
+	v := os.Getenv(name)
+	if v == "" {
+		r.Fatal(name + " is not set: `make e2e` sets it")
+	}
+	return v
+}
+
+func setup(r *cluster.Runner) {
+	images := env(r, "VMLANE_IMAGE_DIR")
+	overlay, err := filepath.Abs("../overlay")
+	if err != nil {
+		r.Fatal(err)
+	}
+	c = cluster.NewReal(r, cluster.Options{
+		Overlay:   overlay,
+		Images:    []string{filepath.Join(images, "vmlane.tar"), filepath.Join(images, "pause.tar"), filepath.Join(images, "busybox.tar")},
+		CNIBinDir: env(r, "VMLANE_CNI_PLUGINS_DIR"),
+		Log:       os.Stderr,
+		RealNodes: []cluster.RealNodeSpec{
+			{Name: "node-a", IP: netip.MustParseAddr("10.99.0.11"), Runtime: cluster.Containerd},
+			{Name: "node-b", IP: netip.MustParseAddr("10.99.0.12"), Runtime: cluster.Containerd},
+			{Name: "node-c", IP: netip.MustParseAddr("10.99.0.13"), Runtime: cluster.Containerd16},
+		},
+	})
+	fmt.Fprintln(os.Stderr, "• waiting for the DaemonSet on every node and the nodes Ready")
+	cluster.WaitFor(r, 3*time.Minute, "vmlane DaemonSet ready on 3 nodes", func() (bool, string) {
+		return c.PodsReady("vmlane-system", "app.kubernetes.io/name=vmlane", 3)
+	})
+	cluster.WaitFor(r, 2*time.Minute, "nodes Ready", c.NodesReady)
+
+	fmt.Fprintln(os.Stderr, "• RuntimeClass vmlane-vm, Deployment web (2 pods a node), Service web")
+	c.Apply(r, workloads)
+	cluster.WaitFor(r, 4*time.Minute, "Deployment web ready", func() (bool, string) {
+		return c.PodsReady("default", "app=web", 6)
+	})
+	for _, p := range c.Pods(r, "default", "app=web") {
+		web[p.Node] = append(web[p.Node], p)
+	}
+
+	// vm-b first: vm-a pings it as soon as it has its own address.
+	fmt.Fprintln(os.Stderr, "• VM pods vm-b on node-b, then vm-a on node-a (QEMU guests on their pods' TAPs)")
+	vms["vm-b"] = startVM(r, "vm-b", "node-b", nil)
+	vms["vm-a"] = startVM(r, "vm-a", "node-a", []netip.Addr{vms["vm-b"].IP})
+	for _, name := range []string{"vm-a", "vm-b"} {
+		cluster.WaitFor(r, 4*time.Minute, name+"'s guest up with its DHCP address", func() (bool, string) {
+			out, _ := c.Kubectl("logs", name)
+			_, ok := guestAddr(out)
+			return ok, out
+		})
+	}
+}

@@ -1,0 +1,166 @@
+//go:build e2e
+
+package realnode
+
+import (
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/vmlane/vmlane/e2e/cluster"
+	"github.com/vmlane/vmlane/internal/testvm"
+)
+
+// whoamiScript makes a busybox container serve /cgi-bin/whoami on port 80,
+// as the test guests do: the body is the client's address as the server
+// saw it, the suite's proof of what NAT did or did not do.
+const whoamiScript = `mkdir -p /www/cgi-bin
+cat >/www/cgi-bin/whoami <<'EOF'
+#!/bin/sh
+a=${REMOTE_ADDR#[}
+a=${a%]}
+printf 'Content-Type: text/plain\r\n\r\n%s\n' "${a#::ffff:}"
+EOF
+chmod +x /www/cgi-bin/whoami
+exec httpd -f -p 80 -h /www`
+
+// workloads: the RuntimeClass of VM pods, whose handler containerd maps to
+// the VM conflist's folder; two plain pods a node (Deployment web, spread
+// by hostname); a ClusterIP Service in front of them.
+var workloads = `apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata:
+  name: ` + cluster.VMRuntimeClass + `
+handler: ` + cluster.VMRuntimeClass + `
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: default
+spec:
+  replicas: 6
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      terminationGracePeriodSeconds: 1
+      topologySpreadConstraints:
+        - maxSkew: 1
+          topologyKey: kubernetes.io/hostname
+          whenUnsatisfiable: DoNotSchedule
+          labelSelector:
+            matchLabels: {app: web}
+      containers:
+        - name: web
+          image: vmlane.test/busybox:e2e
+          imagePullPolicy: Never
+          command: ["/bin/sh", "-c", ` + fmt.Sprintf("%q", whoamiScript) + `]
+          ports: [{containerPort: 80}]
+          readinessProbe:
+            tcpSocket: {port: 80}
+            periodSeconds: 2
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  namespace: default
+spec:
+  selector: {app: web}
+  ports: [{port: 80, targetPort: 80}]
+`
+
+// macSentinel stands for the VM NIC's MAC in the QEMU command line the
+// testvm package renders; the pod's shell puts the real one in.
+const macSentinel = "02:00:5e:00:53:01"
+
+// startVM creates a VM pod as a virt-launcher would run one: a pod of the
+// vmlane-vm RuntimeClass, so containerd attaches it with the VM conflist
+// (a TAP, tap0, joined to the pod's veth), whose container runs QEMU on
+// that TAP. The guest's NIC gets the MAC vmlane reserved the address for,
+// 02:76 and the four bytes of the pod IP (README, "For VM runtime
+// authors"); the guest then asks for its address by DHCP, pings the
+// targets and stays up. QEMU and its libraries come from the node's /usr
+// (read-only), the kernel and initramfs from the guest build; the
+// container is privileged for /dev/net/tun, as a virt-launcher gets it
+// from a device plugin. The guest's console is the container's log.
+func startVM(r *cluster.Runner, name, node string, ping []netip.Addr) cluster.KubePod {
+	var targets []string
+	for _, a := range ping {
+		targets = append(targets, a.String())
+	}
+	argv, err := c.Guest().Command(testvm.Config{Tap: "tap0", MAC: macSentinel, Mode: testvm.ModeDHCP, Hold: true, Ping: targets})
+	if err != nil {
+		r.Fatal(err)
+	}
+	var q []string
+	for _, a := range argv {
+		a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		q = append(q, strings.ReplaceAll(a, macSentinel, `'"$mac"'`))
+	}
+	script := `set -- $(echo "$POD_IP" | tr . ' ')
+mac=$(printf '02:76:%02x:%02x:%02x:%02x' "$1" "$2" "$3" "$4")
+echo "vm-launcher: pod IP $POD_IP, guest NIC $mac on tap0"
+exec ` + strings.Join(q, " ")
+	guestDir := guestFolder(c.Guest().Kernel)
+	c.Apply(r, fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: %s
+  namespace: default
+  labels: {app: vm}
+spec:
+  runtimeClassName: %s
+  nodeName: %s
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: vm
+      image: vmlane.test/busybox:e2e
+      imagePullPolicy: Never
+      command: ["/bin/sh", "-c", %q]
+      env:
+        - name: POD_IP
+          valueFrom: {fieldRef: {fieldPath: status.podIP}}
+      securityContext: {privileged: true}
+      volumeMounts:
+        - {name: usr, mountPath: /usr, readOnly: true}
+        - {name: guest, mountPath: %s, readOnly: true}
+  volumes:
+    - {name: usr, hostPath: {path: /usr}}
+    - {name: guest, hostPath: {path: %s}}
+`, name, cluster.VMRuntimeClass, node, script, guestDir, guestDir))
+	var pod cluster.KubePod
+	cluster.WaitFor(r, 3*time.Minute, "VM pod "+name+" running with an IP", func() (bool, string) {
+		ok, why := c.PodsReady("default", "app=vm", len(vms)+1)
+		for _, p := range c.Pods(r, "default", "app=vm") {
+			if p.Name == name && p.IP.IsValid() {
+				pod = p
+				return ok, why
+			}
+		}
+		return false, why
+	})
+	return pod
+}
+
+func guestFolder(kernel string) string {
+	i := strings.LastIndex(kernel, "/")
+	return kernel[:i]
+}
+
+var guestNetRE = regexp.MustCompile(`VMLANE-NET .* ip=([0-9.]+)/`)
+
+// guestAddr is the address the guest reported getting by DHCP.
+func guestAddr(log string) (netip.Addr, bool) {
+	m := guestNetRE.FindStringSubmatch(log)
+	if m == nil {
+		return netip.Addr{}, false
+	}
+	a, err := netip.ParseAddr(m[1])
+	return a, err == nil
+}

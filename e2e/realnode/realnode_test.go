@@ -1,0 +1,328 @@
+//go:build e2e
+
+package realnode
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/vmlane/vmlane/e2e/cluster"
+	"github.com/vmlane/vmlane/leases"
+)
+
+func podCIDR(t *testing.T, node string) netip.Prefix {
+	t.Helper()
+	n, err := c.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := netip.ParsePrefix(n.Spec.PodCIDR)
+	if err != nil {
+		t.Fatalf("node %s podCIDR %q: %v", node, n.Spec.PodCIDR, err)
+	}
+	return p
+}
+
+// nodeFile is a file of a real node's own disk, as the host sees it.
+func nodeFile(n *cluster.RealNode, path string) string {
+	for _, ov := range []struct{ mount, dir string }{{"/etc/", "etc"}, {"/opt/", "opt"}, {"/var/lib/", "varlib"}} {
+		if rest, ok := strings.CutPrefix(path, ov.mount); ok {
+			return filepath.Join(n.Dir, "ov", ov.dir, "up", rest)
+		}
+	}
+	panic("not a node path: " + path)
+}
+
+// TestDaemonSetSetsUpEveryNode: `kubectl apply -k` of the manifests (with
+// the image swapped) is all it took: on every node install-cni put the
+// plugin in /opt/cni/bin, vmlaned wrote both conflists, made the bridge,
+// routed the other nodes' podCIDRs (from node IPAM) and cleared
+// NetworkUnavailable, and its probes pass (the pods are Ready).
+func TestDaemonSetSetsUpEveryNode(t *testing.T) {
+	for _, n := range c.RealNodes {
+		for _, f := range []string{"/opt/cni/bin/vmlane", "/etc/cni/net.d/10-vmlane.conflist", cluster.VMConfDir + "/99-vmlane-vm.conflist"} {
+			if _, err := os.Stat(nodeFile(n, f)); err != nil {
+				t.Errorf("%s: %s: %v", n.Name, f, err)
+			}
+		}
+		if out, err := n.NS.Run("ip", "-o", "addr", "show", "dev", "vmlane0"); err != nil || !strings.Contains(out, podCIDR(t, n.Name).Addr().Next().String()) {
+			t.Errorf("%s: bridge vmlane0 without its gateway address: %s %v", n.Name, out, err)
+		}
+		if got := strings.Count(n.Routes(), "\n") + 1; n.Routes() == "" || got != len(c.RealNodes)-1 {
+			t.Errorf("%s: vmlane routes:\n%s\nwant one to each other node", n.Name, n.Routes())
+		}
+		node, err := c.Client.CoreV1().Nodes().Get(context.Background(), n.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cleared bool
+		for _, cond := range node.Status.Conditions {
+			if cond.Type == corev1.NodeNetworkUnavailable && cond.Status == corev1.ConditionFalse {
+				cleared = true
+			}
+		}
+		if !cleared {
+			t.Errorf("%s: NetworkUnavailable not False: %+v", n.Name, node.Status.Conditions)
+		}
+	}
+	out, _ := c.Kubectl("get", "nodes", "-o", "wide")
+	t.Logf("kubectl get nodes:\n%s", out)
+}
+
+// TestOldContainerd: node-c runs Debian's containerd 1.6, whose libcni
+// reads cniVersion alone and rejects 1.1.0 results; the conflists'
+// cniVersion 1.0.0 (with cniVersions for newer runtimes) gives its pods
+// their addresses.
+func TestOldContainerd(t *testing.T) {
+	node, err := c.Client.CoreV1().Nodes().Get(context.Background(), "node-c", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := node.Status.NodeInfo.ContainerRuntimeVersion; !strings.HasPrefix(v, "containerd://1.6.") {
+		t.Fatalf("node-c runs %s, want containerd 1.6", v)
+	}
+	cidr := podCIDR(t, "node-c")
+	if len(web["node-c"]) != 2 {
+		t.Fatalf("node-c has %d web pods, want 2", len(web["node-c"]))
+	}
+	for _, p := range web["node-c"] {
+		if !cidr.Contains(p.IP) {
+			t.Errorf("%s on containerd 1.6: pod IP %s outside node-c's podCIDR %s", p.Name, p.IP, cidr)
+		}
+	}
+}
+
+// TestPlainPodsAcrossNodes: the Deployment's pods got their addresses
+// from vmlane through containerd's own CNI calls (`kubectl get pods -o
+// wide` shows them, each in its node's podCIDR), and reach each other
+// across nodes by pod IP, seen with their own addresses: no NAT.
+func TestPlainPodsAcrossNodes(t *testing.T) {
+	out, _ := c.Kubectl("get", "pods", "-o", "wide")
+	t.Logf("kubectl get pods -o wide:\n%s", out)
+	for node, ps := range web {
+		cidr := podCIDR(t, node)
+		for _, p := range ps {
+			if !cidr.Contains(p.IP) {
+				t.Errorf("%s on %s: IP %s outside the node's podCIDR %s", p.Name, node, p.IP, cidr)
+			}
+		}
+	}
+	for _, pair := range [][2]string{{"node-a", "node-b"}, {"node-b", "node-c"}, {"node-c", "node-a"}} {
+		src, dst := web[pair[0]][0], web[pair[1]][1]
+		if n, out := c.PingFrom(src, dst.IP, 3, "0.2"); n != 3 {
+			t.Errorf("%s (%s) → %s (%s): %d of 3 pings answered\n%s", src.Name, pair[0], dst.Name, pair[1], n, out)
+		}
+		if seen, err := c.WhoAmIFrom(src, dst.IP.String()); err != nil || seen != src.IP.String() {
+			t.Errorf("%s → %s: seen as %q (%v), want %s", src.Name, dst.Name, seen, err, src.IP)
+		}
+	}
+}
+
+// TestClusterIPService: a pod reaches the web Service's ClusterIP (kube-
+// proxy's iptables DNAT to pods on every node), and the backend sees the
+// pod's own address.
+func TestClusterIPService(t *testing.T) {
+	svc, err := c.Client.CoreV1().Services("default").Get(context.Background(), "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := web["node-a"][0]
+	for i := range 6 {
+		seen, err := c.WhoAmIFrom(src, svc.Spec.ClusterIP)
+		if err != nil || seen != src.IP.String() {
+			t.Errorf("request %d to Service web (%s) from %s: seen as %q (%v), want %s", i, svc.Spec.ClusterIP, src.Name, seen, err, src.IP)
+		}
+	}
+}
+
+// TestVMPods: the VM pods' IPs, as `kubectl get pod` shows them, are the
+// addresses their guests got by DHCP; the leases are bound; vm-a pinged
+// vm-b across nodes from inside its guest; plain pods on other nodes
+// reach both VMs, which see them with their own addresses.
+func TestVMPods(t *testing.T) {
+	for name, p := range vms {
+		log, _ := c.Kubectl("logs", name)
+		got, ok := guestAddr(log)
+		if !ok || got != p.IP {
+			t.Errorf("%s: kubectl shows pod IP %s, the guest got %v by DHCP\n%s", name, p.IP, got, log)
+		}
+		snap, err := leases.Read(nodeFile(c.RealNode(p.Node), "/var/lib/vmlane/leases.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var bound bool
+		for _, l := range snap.Leases() {
+			if l.IP == p.IP && l.State == leases.StateBound && l.Pod.Name == name {
+				bound = true
+			}
+		}
+		if !bound {
+			t.Errorf("%s: no bound lease for %s on %s: %+v", name, p.IP, p.Node, snap.Leases())
+		}
+	}
+	log, _ := c.Kubectl("logs", "vm-a")
+	if !strings.Contains(log, "VMLANE-PING ok target="+vms["vm-b"].IP.String()) {
+		t.Errorf("vm-a's guest did not ping vm-b (%s) across nodes:\n%s", vms["vm-b"].IP, log)
+	}
+	for _, pair := range [][2]string{{"node-c", "vm-a"}, {"node-b", "vm-a"}, {"node-a", "vm-b"}} {
+		src, vm := web[pair[0]][0], vms[pair[1]]
+		if n, out := c.PingFrom(src, vm.IP, 3, "0.2"); n != 3 {
+			t.Errorf("%s → %s: %d of 3 pings answered\n%s", src.Name, vm.Name, n, out)
+		}
+		if seen, err := c.WhoAmIFrom(src, vm.IP.String()); err != nil || seen != src.IP.String() {
+			t.Errorf("%s → %s: seen as %q (%v), want %s", src.Name, vm.Name, seen, err, src.IP)
+		}
+	}
+	out, _ := c.Kubectl("get", "pods", "-l", "app=vm", "-o", "wide")
+	t.Logf("VM pods:\n%s", out)
+}
+
+// leaseLines are a node's leases, one line each, without the expiry that
+// a guest's renewal moves.
+func leaseLines(t *testing.T, n *cluster.RealNode) []string {
+	snap, err := leases.Read(nodeFile(n, "/var/lib/vmlane/leases.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, l := range snap.Leases() {
+		out = append(out, l.IP.String()+" "+l.MAC+" "+string(l.State)+" "+l.Pod.Namespace+"/"+l.Pod.Name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestDaemonSetUpgradeUnderTraffic rolls the DaemonSet to a new image tag
+// while a plain pod pings each VM across nodes: no ping is lost, no
+// vmlane route is withdrawn even for a moment (ip monitor), and routes
+// and leases are the same afterwards.
+func TestDaemonSetUpgradeUnderTraffic(t *testing.T) {
+	rt, err := cluster.RuntimeDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const next = "ghcr.io/vmlane/vmlane:e2e-next"
+	for _, n := range c.RealNodes {
+		ctr := filepath.Join(rt, "ctr")
+		if n.Runtime == cluster.Containerd16 {
+			ctr = filepath.Join(rt, "containerd-1.6", "ctr")
+		}
+		if out, err := exec.Command(ctr, "--address", n.ContainerdSocket(), "-n", "k8s.io", "images", "tag", "--force",
+			"ghcr.io/vmlane/vmlane:e2e", next).CombinedOutput(); err != nil {
+			t.Fatalf("%s: tagging %s: %v\n%s", n.Name, next, err, out)
+		}
+	}
+	routes, leaseBefore := map[string]string{}, map[string][]string{}
+	for _, n := range c.RealNodes {
+		routes[n.Name], leaseBefore[n.Name] = n.Routes(), leaseLines(t, n)
+	}
+	// Route deletions while the roll runs, on every node.
+	var monitors []*exec.Cmd
+	var outs []*strings.Builder
+	for _, n := range c.RealNodes {
+		var b strings.Builder
+		m := n.NS.Command("ip", "-o", "monitor", "route")
+		m.Stdout = &b
+		if err := m.Start(); err != nil {
+			t.Fatal(err)
+		}
+		monitors, outs = append(monitors, m), append(outs, &b)
+	}
+	// 60 s of pings at 5 a second, longer than the roll takes.
+	const count = 300
+	var wg sync.WaitGroup
+	results := make([]string, 2)
+	got := make([]int, 2)
+	for i, pair := range [][2]string{{"node-c", "vm-a"}, {"node-a", "vm-b"}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[i], results[i] = c.PingFrom(web[pair[0]][1], vms[pair[1]].IP, count, "0.2")
+		}()
+	}
+	time.Sleep(3 * time.Second)
+	began := time.Now()
+	if out, err := c.Kubectl("-n", "vmlane-system", "set", "image", "ds/vmlane", "vmlaned="+next, "install-cni="+next); err != nil {
+		t.Fatal(out, err)
+	}
+	if out, err := c.Kubectl("-n", "vmlane-system", "rollout", "status", "ds/vmlane", "--timeout=3m"); err != nil {
+		t.Fatalf("rollout: %v\n%s", err, out)
+	}
+	t.Logf("DaemonSet rolled to %s on %d nodes in %s", next, len(c.RealNodes), time.Since(began).Round(time.Second))
+	wg.Wait()
+	for _, m := range monitors {
+		m.Process.Kill()
+		m.Wait()
+	}
+	for i, r := range results {
+		if got[i] != count {
+			t.Errorf("pings during the roll: %d of %d answered\n%s", got[i], count, r)
+		}
+	}
+	for i, n := range c.RealNodes {
+		for _, line := range strings.Split(outs[i].String(), "\n") {
+			if strings.HasPrefix(line, "Deleted") && strings.Contains(line, "proto 77") {
+				t.Errorf("%s: a vmlane route went away during the roll: %s", n.Name, line)
+			}
+		}
+		if got := n.Routes(); got != routes[n.Name] {
+			t.Errorf("%s: routes changed:\nbefore:\n%s\nafter:\n%s", n.Name, routes[n.Name], got)
+		}
+		if got := leaseLines(t, n); strings.Join(got, "\n") != strings.Join(leaseBefore[n.Name], "\n") {
+			t.Errorf("%s: leases changed:\nbefore:\n%s\nafter:\n%s", n.Name, strings.Join(leaseBefore[n.Name], "\n"), strings.Join(got, "\n"))
+		}
+	}
+	cluster.WaitFor(t, time.Minute, "vmlane pods ready on the new image", func() (bool, string) {
+		return c.PodsReady("vmlane-system", "app.kubernetes.io/name=vmlane", len(c.RealNodes))
+	})
+}
+
+// TestStatusGatesNodeReadiness runs last: it breaks node-b's network.
+// containerd 2.x calls CNI STATUS every few seconds; vmlane's STATUS fails
+// while the bridge is missing, which turns the node NotReady (the kubelet
+// reports NetworkReady=false with vmlane's message). Once vmlaned has made
+// the bridge again (here: its pod restarted) the node is Ready again.
+func TestStatusGatesNodeReadiness(t *testing.T) {
+	n := c.RealNode("node-b")
+	n.NS.MustRun(t, "ip", "link", "del", "vmlane0")
+	ready := func(want corev1.ConditionStatus) (bool, string) {
+		node, err := c.Client.CoreV1().Nodes().Get(context.Background(), "node-b", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, cond := range node.Status.Conditions {
+			if cond.Type == corev1.NodeReady {
+				return cond.Status == want, string(cond.Status) + " " + cond.Message
+			}
+		}
+		return false, "no Ready condition"
+	}
+	var msg string
+	cluster.WaitFor(t, 2*time.Minute, "node-b NotReady once STATUS fails", func() (bool, string) {
+		ok, m := ready(corev1.ConditionFalse)
+		msg = m
+		return ok, m
+	})
+	if !strings.Contains(msg, "vmlane0") {
+		t.Errorf("node-b NotReady, but not for vmlane's STATUS: %s", msg)
+	}
+	t.Logf("node-b without its bridge: %s", msg)
+	if out, err := c.Kubectl("-n", "vmlane-system", "delete", "pod", "-l", "app.kubernetes.io/name=vmlane",
+		"--field-selector", "spec.nodeName=node-b", "--wait=false"); err != nil {
+		t.Fatal(out, err)
+	}
+	cluster.WaitFor(t, 3*time.Minute, "node-b Ready again once vmlaned made the bridge", func() (bool, string) {
+		return ready(corev1.ConditionTrue)
+	})
+}
