@@ -67,10 +67,10 @@ TEST_ENV = VMLANE_PRIVILEGED=require VMLANE_BIN_DIR=$(BIN) \
 	VMLANE_REALNODE_DIR=$$(bash internal/realnode/build.sh --print-dir $(CACHE)/realnode) \
 	VMLANE_IMAGE_DIR=$(CACHE)/images VMLANE_CNI_PLUGINS_DIR=$(CNI_PLUGINS_DIR)
 
-## demo: a three-node cluster with VM pods, its account printed, torn down (KEEP=1 leaves it up)
-demo: deps guest controlplane build
+## demo: a three-node cluster of real nodes, vmlane's DaemonSet, VM and plain pods made with kubectl, its account printed, torn down (KEEP=1 leaves it up)
+demo: deps guest controlplane realnode image cni-reference build
 	@$(GO) build -o $(BIN)/vmlane-demo ./e2e/demo
-	@$(TEST_ENV) $(BIN)/vmlane-demo -bin $(BIN) -manifests manifests -state $(CACHE)/demo $(if $(KEEP),-keep)
+	@$(TEST_ENV) $(BIN)/vmlane-demo -bin $(BIN) -overlay e2e/overlay -images $(CACHE)/images -cni-bin $(CNI_PLUGINS_DIR) -state $(CACHE)/demo $(if $(KEEP),-keep)
 
 ## demo-down: tear down the cluster `make demo KEEP=1` left running
 demo-down:

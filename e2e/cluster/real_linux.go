@@ -76,7 +76,7 @@ func (c *Cluster) dumpPods(tb testing.TB) {
 	for _, n := range c.RealNodes {
 		// The kubelet's own log files, on the node's disk: they are
 		// there even when the apiserver cannot reach the kubelet.
-		logs, _ := filepath.Glob(filepath.Join(n.Dir, "ov", "varlog", "up", "pods", "vmlane-system_*", "*", "*.log"))
+		logs, _ := filepath.Glob(n.File("/var/log/pods/vmlane-system_*/*/*.log"))
 		for _, l := range logs {
 			tb.Logf("%s: %s:\n%s", n.Name, strings.TrimPrefix(l, n.Dir), tailFile(l, 25))
 		}
@@ -217,16 +217,36 @@ func (c *Cluster) Exec(p KubePod, argv ...string) (string, error) {
 	return c.Kubectl(append([]string{"-n", p.Namespace, "exec", p.Name, "--"}, argv...)...)
 }
 
-// PingFrom pings target count times from inside p and returns how many
-// answers came back.
-func (c *Cluster) PingFrom(p KubePod, target netip.Addr, count int, interval string) (int, string) {
+// PingFrom pings target count times from inside p, interval seconds
+// apart, and returns what came back and ping's output.
+func (c *Cluster) PingFrom(p KubePod, target netip.Addr, count int, interval string) (PingResult, string) {
 	out, _ := c.Exec(p, "ping", "-c", fmt.Sprint(count), "-i", interval, "-W", "2", target.String())
+	r := PingResult{Target: target.String(), Sent: count}
 	if m := busyboxRecvRE.FindStringSubmatch(out); m != nil {
-		var n int
-		fmt.Sscan(m[1], &n)
-		return n, out
+		fmt.Sscan(m[1], &r.Recv)
 	}
-	return 0, out
+	if m := rttRE.FindStringSubmatch(out); m != nil {
+		var ms float64
+		fmt.Sscan(m[1], &ms)
+		r.RTT = time.Duration(ms * float64(time.Millisecond))
+	}
+	r.OK = r.Recv == count
+	return r, out
+}
+
+// Endpoint is p as a ping matrix source (through kubectl exec) and
+// destination.
+func (c *Cluster) Endpoint(p KubePod) Endpoint {
+	return Endpoint{
+		Name: p.Name, IP: p.IP,
+		Ping: func(_ context.Context, target netip.Addr, count int) (PingResult, error) {
+			r, _ := c.PingFrom(p, target, count, "0.2")
+			return r, nil
+		},
+		WhoAmI: func(_ context.Context, target netip.Addr) (string, error) {
+			return c.WhoAmIFrom(p, target.String())
+		},
+	}
 }
 
 // busyboxRecvRE reads busybox ping's summary ("3 packets transmitted, 3

@@ -192,6 +192,34 @@ func (n *RealNode) start() error {
 	}
 }
 
+// DefaultRealNodes returns n containerd 2.x nodes, node-a, node-b, ...,
+// at 10.99.0.<11+i>.
+func DefaultRealNodes(n int) []RealNodeSpec {
+	var ns []RealNodeSpec
+	for _, s := range DefaultNodes(n) {
+		ns = append(ns, RealNodeSpec{Name: s.Name, IP: s.IP, Runtime: Containerd})
+	}
+	return ns
+}
+
+// File is the host's path of a file on the node's own disk (/etc, /opt,
+// /var/lib or /var/log, which are overlays whose upper folders the node
+// writes).
+func (n *RealNode) File(path string) string {
+	for _, ov := range []struct{ mount, dir string }{{"/etc/", "etc"}, {"/opt/", "opt"}, {"/var/lib/", "varlib"}, {"/var/log/", "varlog"}} {
+		if rest, ok := strings.CutPrefix(path, ov.mount); ok {
+			return filepath.Join(n.Dir, "ov", ov.dir, "up", rest)
+		}
+	}
+	return filepath.Join(n.Dir, "not-on-the-node-disk", path)
+}
+
+// Shell is the command that opens a shell on the node: its network and
+// mount namespaces, as the node's own processes see them.
+func (n *RealNode) Shell() string {
+	return fmt.Sprintf("nsenter --net=%s --mount=/proc/%d/ns/mnt bash", n.NS.Path, n.cmd.Process.Pid)
+}
+
 // ContainerdSocket is the node's containerd socket as the host sees it.
 func (n *RealNode) ContainerdSocket() string {
 	return filepath.Join(n.Dir, "run", "containerd", "containerd.sock")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/netip"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -12,10 +13,26 @@ import (
 	"time"
 )
 
-// Matrix is the outcome of every pod pinging every other pod.
+// Endpoint is a pod as the ping matrix sees it: a name, an address and,
+// for a pod that can be a source, how to ping and fetch from inside it.
+type Endpoint struct {
+	Name string
+	IP   netip.Addr
+	// Ping and WhoAmI run inside the pod; nil for a pod that is only a
+	// destination.
+	Ping   func(ctx context.Context, target netip.Addr, count int) (PingResult, error)
+	WhoAmI func(ctx context.Context, target netip.Addr) (string, error)
+}
+
+// Endpoint is p as a source and destination of the matrix.
+func (p *Pod) Endpoint() Endpoint {
+	return Endpoint{Name: p.Name, IP: p.IP, Ping: p.Ping, WhoAmI: p.WhoAmI}
+}
+
+// Matrix is the outcome of every source pinging every destination.
 type Matrix struct {
-	Pods []*Pod
-	// Cells[i][j] is pods[i] → pods[j]; the diagonal is empty.
+	Srcs, Dsts []Endpoint
+	// Cells[i][j] is Srcs[i] → Dsts[j]; a pod's own cell is empty.
 	Cells [][]Cell
 }
 
@@ -29,22 +46,31 @@ type Cell struct {
 
 // OK reports whether the ping got every reply and the destination saw the
 // source's own pod IP (no NAT between pods).
-func (c Cell) OK(src *Pod) bool {
+func (c Cell) OK(src Endpoint) bool {
 	return c.Err == nil && c.Ping.OK && c.Ping.Recv == c.Ping.Sent && c.Seen == src.IP.String()
 }
 
 // PingMatrix has every pod ping every other pod (count echo requests) and
 // fetch its whoami, sources in parallel, each source's checks in turn.
 func PingMatrix(ctx context.Context, pods []*Pod, count int) *Matrix {
-	m := &Matrix{Pods: pods, Cells: make([][]Cell, len(pods))}
+	var eps []Endpoint
+	for _, p := range pods {
+		eps = append(eps, p.Endpoint())
+	}
+	return EndpointMatrix(ctx, eps, eps, count)
+}
+
+// EndpointMatrix is PingMatrix from srcs to dsts.
+func EndpointMatrix(ctx context.Context, srcs, dsts []Endpoint, count int) *Matrix {
+	m := &Matrix{Srcs: srcs, Dsts: dsts, Cells: make([][]Cell, len(srcs))}
 	var wg sync.WaitGroup
-	for i, src := range pods {
-		m.Cells[i] = make([]Cell, len(pods))
+	for i, src := range srcs {
+		m.Cells[i] = make([]Cell, len(dsts))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for j, dst := range pods {
-				if i == j {
+			for j, dst := range dsts {
+				if src.Name == dst.Name {
 					continue
 				}
 				c := &m.Cells[i][j]
@@ -59,12 +85,25 @@ func PingMatrix(ctx context.Context, pods []*Pod, count int) *Matrix {
 	return m
 }
 
+// Pairs is the number of source → destination checks.
+func (m *Matrix) Pairs() int {
+	n := 0
+	for _, src := range m.Srcs {
+		for _, dst := range m.Dsts {
+			if src.Name != dst.Name {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // Failures lists the cells that are not OK, one line each.
 func (m *Matrix) Failures() []string {
 	var out []string
-	for i, src := range m.Pods {
-		for j, dst := range m.Pods {
-			if i == j || m.Cells[i][j].OK(src) {
+	for i, src := range m.Srcs {
+		for j, dst := range m.Dsts {
+			if src.Name == dst.Name || m.Cells[i][j].OK(src) {
 				continue
 			}
 			c := m.Cells[i][j]
@@ -79,16 +118,16 @@ func (m *Matrix) Failures() []string {
 func (m *Matrix) Write(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(tw, "from \\ to\t")
-	for _, p := range m.Pods {
+	for _, p := range m.Dsts {
 		fmt.Fprintf(tw, "%s\t", p.Name)
 	}
 	fmt.Fprintln(tw)
-	for i, src := range m.Pods {
+	for i, src := range m.Srcs {
 		fmt.Fprintf(tw, "%s (%s)\t", src.Name, src.IP)
-		for j := range m.Pods {
+		for j, dst := range m.Dsts {
 			c := m.Cells[i][j]
 			switch {
-			case i == j:
+			case src.Name == dst.Name:
 				fmt.Fprint(tw, "-\t")
 			case c.OK(src):
 				fmt.Fprintf(tw, "%.2f ms\t", float64(c.Ping.RTT)/float64(time.Millisecond))
@@ -143,5 +182,53 @@ func (c *Cluster) Report(w io.Writer, m *Matrix) {
 		section("Ping matrix (average RTT of 3 pings from inside each pod)")
 		m.Write(w)
 		fmt.Fprintln(w, "Every cell also checked /cgi-bin/whoami on the destination: it saw the source's own pod IP (no NAT between pods).")
+	}
+}
+
+// RealReport is Report for a cluster of real nodes: kubectl's view of the
+// nodes and pods, then each node's routes and leases, and the matrix.
+func (c *Cluster) RealReport(w io.Writer, m *Matrix) {
+	section := func(title string) {
+		fmt.Fprintf(w, "\n── %s %s\n", title, strings.Repeat("─", max(0, 60-len(title))))
+	}
+	for _, v := range []struct{ title, what string }{
+		{"kubectl get nodes", "nodes"},
+		{"kubectl get pods -o wide", "pods"},
+		{"kubectl -n vmlane-system get pods -o wide", "pods"},
+	} {
+		section(v.title)
+		args := []string{"get", v.what, "-o", "wide"}
+		if strings.Contains(v.title, "vmlane-system") {
+			args = append([]string{"-n", "vmlane-system"}, args...)
+		}
+		out, err := c.Kubectl(args...)
+		if err != nil {
+			out = err.Error()
+		}
+		fmt.Fprint(w, out)
+	}
+	section("Routes vmlane installed (ip route show proto 77)")
+	for _, n := range c.RealNodes {
+		fmt.Fprintf(w, "%s:\n", n.Name)
+		for _, l := range strings.Split(n.Routes(), "\n") {
+			fmt.Fprintf(w, "    %s\n", l)
+		}
+	}
+	section("Leases (vmlanectl leases list)")
+	for _, n := range c.RealNodes {
+		path := n.File("/var/lib/vmlane/leases.json")
+		lo, lerr := exec.Command(filepath.Join(c.Opts.BinDir, "vmlanectl"), "leases", "list", "--lease-file", path).CombinedOutput()
+		if lerr != nil {
+			lo = append(lo, []byte(lerr.Error())...)
+		}
+		fmt.Fprintf(w, "%s (/var/lib/vmlane/leases.json):\n", n.Name)
+		for _, l := range strings.Split(strings.TrimRight(string(lo), "\n"), "\n") {
+			fmt.Fprintf(w, "    %s\n", l)
+		}
+	}
+	if m != nil {
+		section("Ping matrix (kubectl exec ping, average RTT of 3, from a plain pod of each node)")
+		m.Write(w)
+		fmt.Fprintln(w, "Every cell also fetched /cgi-bin/whoami from the destination: it saw the source's own pod IP (no NAT between pods).")
 	}
 }

@@ -1,10 +1,13 @@
-// Command demo is `make demo`: a three-node vmlane cluster on this
-// machine, out of network namespaces (see package e2e/cluster), with two VM
-// pods per node that get their addresses by DHCP, and a short account of
-// it: nodes and podCIDRs, routes, leases, and a ping matrix between the
-// pods. It then tears everything down, or, with -keep, leaves the cluster
-// running in the background and prints how to look inside and how to tear
-// it down.
+// Command demo is `make demo`: a three-node Kubernetes cluster on this
+// machine with real nodes (containerd, the kubelet and kube-proxy, each
+// node in its own network and mount namespaces; see package e2e/cluster),
+// vmlane installed the way a user installs it (`kubectl apply -k` of the
+// manifests, with the image `make image` built), and pods made with
+// kubectl: two plain pods and one VM pod per node, the VMs getting their
+// pod IPs by DHCP. It prints an account of it: the nodes, the pods with
+// their IPs, routes, leases, and a ping matrix. It then tears everything
+// down, or, with -keep, leaves the cluster running in the background and
+// prints how to look inside and how to tear it down.
 package main
 
 import (
@@ -34,24 +37,34 @@ const readyMarker = "VMLANE-DEMO-READY"
 
 func main() {
 	bin := flag.String("bin", "bin", "folder with vmlane, vmlaned and vmlanectl")
-	manifests := flag.String("manifests", "manifests", "the kustomize base to apply")
+	overlay := flag.String("overlay", "e2e/overlay", "the kustomization to apply: manifests/ with the image built here")
+	images := flag.String("images", ".cache/images", "folder with vmlane.tar, pause.tar and busybox.tar (make image)")
+	cniBin := flag.String("cni-bin", "", "folder with the loopback CNI plugin (make cni-reference)")
 	state := flag.String("state", ".cache/demo", "where -keep keeps its pid and log")
 	keep := flag.Bool("keep", false, "leave the cluster running in the background")
 	flag.Parse()
-	for _, p := range []*string{bin, manifests, state} {
+	for _, p := range []*string{bin, overlay, images, cniBin, state} {
 		abs, err := filepath.Abs(*p)
 		if err != nil {
 			fatal(err)
 		}
 		*p = abs
 	}
+	o := cluster.Options{
+		BinDir:    *bin,
+		Overlay:   *overlay,
+		Images:    []string{filepath.Join(*images, "vmlane.tar"), filepath.Join(*images, "pause.tar"), filepath.Join(*images, "busybox.tar")},
+		CNIBinDir: *cniBin,
+		RealNodes: cluster.DefaultRealNodes(3),
+		Log:       os.Stdout,
+	}
 	switch {
 	case *keep && os.Getenv(childEnv) == "":
 		os.Exit(startBackground(*state))
 	case *keep:
-		os.Exit(run(*bin, *manifests, true))
+		os.Exit(run(o, true))
 	default:
-		os.Exit(run(*bin, *manifests, false))
+		os.Exit(run(o, false))
 	}
 }
 
@@ -62,7 +75,7 @@ func fatal(err error) {
 
 // run builds the cluster, prints the account and, when held, waits for
 // SIGTERM or SIGINT before tearing down.
-func run(bin, manifests string, hold bool) int {
+func run(o cluster.Options, hold bool) int {
 	start := time.Now()
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
@@ -78,32 +91,36 @@ func run(bin, manifests string, hold bool) int {
 	var c *cluster.Cluster
 	var m *cluster.Matrix
 	err := r.Run(func() {
-		fmt.Println("Building a three-node vmlane cluster in network namespaces on this machine.")
-		c = cluster.New(r, cluster.Options{BinDir: bin, Manifests: manifests, Nodes: cluster.DefaultNodes(3), Log: os.Stdout, VMTimeout: 24 * time.Hour})
-		var pods []*cluster.Pod
-		for _, n := range c.Nodes {
-			for i := 1; i <= 2; i++ {
-				name := fmt.Sprintf("vm-%s%d", strings.TrimPrefix(n.Name, "node-"), i)
-				fmt.Printf("• VM pod %s on %s: CNI ADD, then a QEMU guest asking for DHCP\n", name, n.Name)
-				pods = append(pods, n.AddVMPod(r, name))
+		fmt.Println("Building a three-node Kubernetes cluster on this machine: real nodes (containerd, kubelet,")
+		fmt.Println("kube-proxy) in their own namespaces; vmlane goes on with `kubectl apply -k`, pods with kubectl.")
+		c = cluster.NewReal(r, o)
+		c.WaitNetwork(r)
+		web := c.DeployWeb(r)
+		var vms []cluster.KubePod
+		for _, n := range c.RealNodes {
+			vms = append(vms, c.StartVMPod(r, "vm-"+strings.TrimPrefix(n.Name, "node-"), n.Name, nil))
+		}
+		for _, vm := range vms {
+			got := c.WaitGuest(r, vm.Name)
+			fmt.Printf("• %s: kubectl shows pod IP %s; its guest got %s by DHCP\n", vm.Name, vm.IP, got)
+			if got != vm.IP {
+				r.Fatalf("%s: the guest's DHCP address %s is not the pod IP %s", vm.Name, got, vm.IP)
 			}
 		}
-		for _, p := range pods {
-			p.WaitVM(r)
-			fmt.Printf("• %s got %s by DHCP (MAC %s, TAP %s)\n", p.Name, p.IP, p.MAC, p.Tap)
+		var srcs, dsts []cluster.Endpoint
+		for _, n := range c.RealNodes {
+			srcs = append(srcs, c.Endpoint(web[n.Name][0]))
 		}
-		for _, n := range c.Nodes {
-			cluster.Eventually(r, n.Name+" ready", func() (bool, string) {
-				ready, why := n.Ready()
-				return ready && n.RouteCount() == len(c.Nodes)-1, why
-			})
+		for _, vm := range vms {
+			dsts = append(dsts, c.Endpoint(vm))
 		}
+		dsts = append(dsts, srcs...)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		m = cluster.PingMatrix(ctx, pods, 3)
+		m = cluster.EndpointMatrix(ctx, srcs, dsts, 3)
 	})
 	if c != nil {
-		c.Report(os.Stdout, m)
+		c.RealReport(os.Stdout, m)
 	}
 	code := 0
 	if err != nil {
@@ -113,15 +130,15 @@ func run(bin, manifests string, hold bool) int {
 		fmt.Fprintf(os.Stderr, "\ndemo: %d checks failed:\n  %s\n", len(f), strings.Join(f, "\n  "))
 		code = 1
 	} else {
-		fmt.Printf("\nAll %d pod pairs reach each other by pod IP (%s).\n", len(m.Pods)*(len(m.Pods)-1), time.Since(start).Round(time.Second))
+		fmt.Printf("\nAll %d pod pairs reach each other by pod IP, across nodes, without NAT (%s).\n", m.Pairs(), time.Since(start).Round(time.Second))
 	}
 	if hold && code == 0 {
-		fmt.Println("\nThe cluster stays up. Look inside a node:")
-		for _, n := range c.Nodes {
-			fmt.Printf("    ip netns exec %s bash    # %s\n", n.NS.Name, n.Name)
+		fmt.Println("\nThe cluster stays up. kubectl:")
+		fmt.Printf("    ip netns exec %s %s --kubeconfig %s get pods -A -o wide\n", c.CP.NetNS, c.KubectlPath, c.CP.Kubeconfig)
+		fmt.Println("A shell on a node (its network and its own /etc, /opt, /var/lib):")
+		for _, n := range c.RealNodes {
+			fmt.Printf("    %s    # %s\n", n.Shell(), n.Name)
 		}
-		fmt.Printf("    %s leases list --lease-file %s\n", filepath.Join(bin, "vmlanectl"), c.Nodes[0].LeaseFile())
-		fmt.Printf("    ip netns exec %s %s --kubeconfig %s get nodes\n", c.CP.NetNS, c.KubectlPath, c.CP.Kubeconfig)
 		fmt.Println("Tear it down with:\n    make demo-down")
 		fmt.Println(readyMarker)
 		<-interrupted

@@ -82,30 +82,12 @@ func setup(r *cluster.Runner) {
 			{Name: "node-c", IP: netip.MustParseAddr("10.99.0.13"), Runtime: cluster.Containerd16},
 		},
 	})
-	fmt.Fprintln(os.Stderr, "• waiting for the DaemonSet on every node and the nodes Ready")
-	cluster.WaitFor(r, 3*time.Minute, "vmlane DaemonSet ready on 3 nodes", func() (bool, string) {
-		return c.PodsReady("vmlane-system", "app.kubernetes.io/name=vmlane", 3)
-	})
-	cluster.WaitFor(r, 2*time.Minute, "nodes Ready", c.NodesReady)
-
-	fmt.Fprintln(os.Stderr, "• RuntimeClass vmlane-vm, Deployment web (2 pods a node), Service web")
-	c.Apply(r, workloads)
-	cluster.WaitFor(r, 4*time.Minute, "Deployment web ready", func() (bool, string) {
-		return c.PodsReady("default", "app=web", 6)
-	})
-	for _, p := range c.Pods(r, "default", "app=web") {
-		web[p.Node] = append(web[p.Node], p)
-	}
-
+	c.WaitNetwork(r)
+	web = c.DeployWeb(r)
 	// vm-b first: vm-a pings it as soon as it has its own address.
-	fmt.Fprintln(os.Stderr, "• VM pods vm-b on node-b, then vm-a on node-a (QEMU guests on their pods' TAPs)")
-	vms["vm-b"] = startVM(r, "vm-b", "node-b", nil)
-	vms["vm-a"] = startVM(r, "vm-a", "node-a", []netip.Addr{vms["vm-b"].IP})
+	vms["vm-b"] = c.StartVMPod(r, "vm-b", "node-b", nil)
+	vms["vm-a"] = c.StartVMPod(r, "vm-a", "node-a", []netip.Addr{vms["vm-b"].IP})
 	for _, name := range []string{"vm-a", "vm-b"} {
-		cluster.WaitFor(r, 4*time.Minute, name+"'s guest up with its DHCP address", func() (bool, string) {
-			out, _ := c.Kubectl("logs", name)
-			_, ok := guestAddr(out)
-			return ok, out
-		})
+		c.WaitGuest(r, name)
 	}
 }

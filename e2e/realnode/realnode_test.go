@@ -34,16 +34,6 @@ func podCIDR(t *testing.T, node string) netip.Prefix {
 	return p
 }
 
-// nodeFile is a file of a real node's own disk, as the host sees it.
-func nodeFile(n *cluster.RealNode, path string) string {
-	for _, ov := range []struct{ mount, dir string }{{"/etc/", "etc"}, {"/opt/", "opt"}, {"/var/lib/", "varlib"}} {
-		if rest, ok := strings.CutPrefix(path, ov.mount); ok {
-			return filepath.Join(n.Dir, "ov", ov.dir, "up", rest)
-		}
-	}
-	panic("not a node path: " + path)
-}
-
 // TestDaemonSetSetsUpEveryNode: `kubectl apply -k` of the manifests (with
 // the image swapped) is all it took: on every node install-cni put the
 // plugin in /opt/cni/bin, vmlaned wrote both conflists, made the bridge,
@@ -52,7 +42,7 @@ func nodeFile(n *cluster.RealNode, path string) string {
 func TestDaemonSetSetsUpEveryNode(t *testing.T) {
 	for _, n := range c.RealNodes {
 		for _, f := range []string{"/opt/cni/bin/vmlane", "/etc/cni/net.d/10-vmlane.conflist", cluster.VMConfDir + "/99-vmlane-vm.conflist"} {
-			if _, err := os.Stat(nodeFile(n, f)); err != nil {
+			if _, err := os.Stat(n.File(f)); err != nil {
 				t.Errorf("%s: %s: %v", n.Name, f, err)
 			}
 		}
@@ -120,8 +110,8 @@ func TestPlainPodsAcrossNodes(t *testing.T) {
 	}
 	for _, pair := range [][2]string{{"node-a", "node-b"}, {"node-b", "node-c"}, {"node-c", "node-a"}} {
 		src, dst := web[pair[0]][0], web[pair[1]][1]
-		if n, out := c.PingFrom(src, dst.IP, 3, "0.2"); n != 3 {
-			t.Errorf("%s (%s) → %s (%s): %d of 3 pings answered\n%s", src.Name, pair[0], dst.Name, pair[1], n, out)
+		if r, out := c.PingFrom(src, dst.IP, 3, "0.2"); !r.OK {
+			t.Errorf("%s (%s) → %s (%s): %d of 3 pings answered\n%s", src.Name, pair[0], dst.Name, pair[1], r.Recv, out)
 		}
 		if seen, err := c.WhoAmIFrom(src, dst.IP.String()); err != nil || seen != src.IP.String() {
 			t.Errorf("%s → %s: seen as %q (%v), want %s", src.Name, dst.Name, seen, err, src.IP)
@@ -153,11 +143,11 @@ func TestClusterIPService(t *testing.T) {
 func TestVMPods(t *testing.T) {
 	for name, p := range vms {
 		log, _ := c.Kubectl("logs", name)
-		got, ok := guestAddr(log)
+		got, ok := cluster.GuestAddr(log)
 		if !ok || got != p.IP {
 			t.Errorf("%s: kubectl shows pod IP %s, the guest got %v by DHCP\n%s", name, p.IP, got, log)
 		}
-		snap, err := leases.Read(nodeFile(c.RealNode(p.Node), "/var/lib/vmlane/leases.json"))
+		snap, err := leases.Read(c.RealNode(p.Node).File("/var/lib/vmlane/leases.json"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -177,8 +167,8 @@ func TestVMPods(t *testing.T) {
 	}
 	for _, pair := range [][2]string{{"node-c", "vm-a"}, {"node-b", "vm-a"}, {"node-a", "vm-b"}} {
 		src, vm := web[pair[0]][0], vms[pair[1]]
-		if n, out := c.PingFrom(src, vm.IP, 3, "0.2"); n != 3 {
-			t.Errorf("%s → %s: %d of 3 pings answered\n%s", src.Name, vm.Name, n, out)
+		if r, out := c.PingFrom(src, vm.IP, 3, "0.2"); !r.OK {
+			t.Errorf("%s → %s: %d of 3 pings answered\n%s", src.Name, vm.Name, r.Recv, out)
 		}
 		if seen, err := c.WhoAmIFrom(src, vm.IP.String()); err != nil || seen != src.IP.String() {
 			t.Errorf("%s → %s: seen as %q (%v), want %s", src.Name, vm.Name, seen, err, src.IP)
@@ -191,7 +181,7 @@ func TestVMPods(t *testing.T) {
 // leaseLines are a node's leases, one line each, without the expiry that
 // a guest's renewal moves.
 func leaseLines(t *testing.T, n *cluster.RealNode) []string {
-	snap, err := leases.Read(nodeFile(n, "/var/lib/vmlane/leases.json"))
+	snap, err := leases.Read(n.File("/var/lib/vmlane/leases.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +233,7 @@ func TestDaemonSetUpgradeUnderTraffic(t *testing.T) {
 	const count = 300
 	var wg sync.WaitGroup
 	results := make([]string, 2)
-	got := make([]int, 2)
+	got := make([]cluster.PingResult, 2)
 	for i, pair := range [][2]string{{"node-c", "vm-a"}, {"node-a", "vm-b"}} {
 		wg.Add(1)
 		go func() {
@@ -266,8 +256,8 @@ func TestDaemonSetUpgradeUnderTraffic(t *testing.T) {
 		m.Wait()
 	}
 	for i, r := range results {
-		if got[i] != count {
-			t.Errorf("pings during the roll: %d of %d answered\n%s", got[i], count, r)
+		if !got[i].OK {
+			t.Errorf("pings during the roll: %d of %d answered\n%s", got[i].Recv, count, r)
 		}
 	}
 	for i, n := range c.RealNodes {

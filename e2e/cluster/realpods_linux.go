@@ -1,15 +1,13 @@
-//go:build e2e
-
-package realnode
+package cluster
 
 import (
 	"fmt"
 	"net/netip"
 	"regexp"
 	"strings"
+	"testing"
 	"time"
 
-	"github.com/vmlane/vmlane/e2e/cluster"
 	"github.com/vmlane/vmlane/internal/testvm"
 )
 
@@ -26,14 +24,14 @@ EOF
 chmod +x /www/cgi-bin/whoami
 exec httpd -f -p 80 -h /www`
 
-// workloads: the RuntimeClass of VM pods, whose handler containerd maps to
+// Workloads are what the real-node suite and the demo apply: the RuntimeClass of VM pods, whose handler containerd maps to
 // the VM conflist's folder; two plain pods a node (Deployment web, spread
 // by hostname); a ClusterIP Service in front of them.
-var workloads = `apiVersion: node.k8s.io/v1
+var Workloads = `apiVersion: node.k8s.io/v1
 kind: RuntimeClass
 metadata:
-  name: ` + cluster.VMRuntimeClass + `
-handler: ` + cluster.VMRuntimeClass + `
+  name: ` + VMRuntimeClass + `
+handler: ` + VMRuntimeClass + `
 ---
 apiVersion: apps/v1
 kind: Deployment
@@ -79,7 +77,7 @@ spec:
 // testvm package renders; the pod's shell puts the real one in.
 const macSentinel = "02:00:5e:00:53:01"
 
-// startVM creates a VM pod as a virt-launcher would run one: a pod of the
+// StartVMPod creates a VM pod as a virt-launcher would run one: a pod of the
 // vmlane-vm RuntimeClass, so containerd attaches it with the VM conflist
 // (a TAP, tap0, joined to the pod's veth), whose container runs QEMU on
 // that TAP. The guest's NIC gets the MAC vmlane reserved the address for,
@@ -89,14 +87,16 @@ const macSentinel = "02:00:5e:00:53:01"
 // (read-only), the kernel and initramfs from the guest build; the
 // container is privileged for /dev/net/tun, as a virt-launcher gets it
 // from a device plugin. The guest's console is the container's log.
-func startVM(r *cluster.Runner, name, node string, ping []netip.Addr) cluster.KubePod {
+func (c *Cluster) StartVMPod(tb testing.TB, name, node string, ping []netip.Addr) KubePod {
+	tb.Helper()
+	c.step("VM pod %s on %s: RuntimeClass %s, QEMU on the pod's TAP", name, node, VMRuntimeClass)
 	var targets []string
 	for _, a := range ping {
 		targets = append(targets, a.String())
 	}
 	argv, err := c.Guest().Command(testvm.Config{Tap: "tap0", MAC: macSentinel, Mode: testvm.ModeDHCP, Hold: true, Ping: targets})
 	if err != nil {
-		r.Fatal(err)
+		tb.Fatal(err)
 	}
 	var q []string
 	for _, a := range argv {
@@ -108,7 +108,7 @@ mac=$(printf '02:76:%02x:%02x:%02x:%02x' "$1" "$2" "$3" "$4")
 echo "vm-launcher: pod IP $POD_IP, guest NIC $mac on tap0"
 exec ` + strings.Join(q, " ")
 	guestDir := guestFolder(c.Guest().Kernel)
-	c.Apply(r, fmt.Sprintf(`apiVersion: v1
+	c.Apply(tb, fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
   name: %s
@@ -133,11 +133,11 @@ spec:
   volumes:
     - {name: usr, hostPath: {path: /usr}}
     - {name: guest, hostPath: {path: %s}}
-`, name, cluster.VMRuntimeClass, node, script, guestDir, guestDir))
-	var pod cluster.KubePod
-	cluster.WaitFor(r, 3*time.Minute, "VM pod "+name+" running with an IP", func() (bool, string) {
-		ok, why := c.PodsReady("default", "app=vm", len(vms)+1)
-		for _, p := range c.Pods(r, "default", "app=vm") {
+`, name, VMRuntimeClass, node, script, guestDir, guestDir))
+	var pod KubePod
+	WaitFor(tb, 3*time.Minute, "VM pod "+name+" running with an IP", func() (bool, string) {
+		ok, why := c.PodsReady("default", "app=vm", len(c.Pods(tb, "default", "app=vm")))
+		for _, p := range c.Pods(tb, "default", "app=vm") {
 			if p.Name == name && p.IP.IsValid() {
 				pod = p
 				return ok, why
@@ -155,12 +155,54 @@ func guestFolder(kernel string) string {
 
 var guestNetRE = regexp.MustCompile(`VMLANE-NET .* ip=([0-9.]+)/`)
 
-// guestAddr is the address the guest reported getting by DHCP.
-func guestAddr(log string) (netip.Addr, bool) {
+// GuestAddr is the address the guest reported getting by DHCP.
+func GuestAddr(log string) (netip.Addr, bool) {
 	m := guestNetRE.FindStringSubmatch(log)
 	if m == nil {
 		return netip.Addr{}, false
 	}
 	a, err := netip.ParseAddr(m[1])
 	return a, err == nil
+}
+
+// WaitNetwork waits until the vmlane DaemonSet is ready on every real
+// node and every node is Ready: vmlane set each one up.
+func (c *Cluster) WaitNetwork(tb testing.TB) {
+	tb.Helper()
+	c.step("waiting for the vmlane DaemonSet on every node and the nodes Ready")
+	WaitFor(tb, 3*time.Minute, fmt.Sprintf("vmlane DaemonSet ready on %d nodes", len(c.RealNodes)), func() (bool, string) {
+		return c.PodsReady("vmlane-system", "app.kubernetes.io/name=vmlane", len(c.RealNodes))
+	})
+	WaitFor(tb, 2*time.Minute, "nodes Ready", c.NodesReady)
+}
+
+// DeployWeb applies Workloads and waits for the web pods, two a node; it
+// returns them by node.
+func (c *Cluster) DeployWeb(tb testing.TB) map[string][]KubePod {
+	tb.Helper()
+	c.step("RuntimeClass %s, Deployment web (two pods a node), Service web", VMRuntimeClass)
+	c.Apply(tb, Workloads)
+	n := 2 * len(c.RealNodes)
+	WaitFor(tb, 4*time.Minute, "Deployment web ready", func() (bool, string) {
+		return c.PodsReady("default", "app=web", n)
+	})
+	web := map[string][]KubePod{}
+	for _, p := range c.Pods(tb, "default", "app=web") {
+		web[p.Node] = append(web[p.Node], p)
+	}
+	return web
+}
+
+// WaitGuest waits until VM pod name's guest reports the address it got by
+// DHCP, and returns it.
+func (c *Cluster) WaitGuest(tb testing.TB, name string) netip.Addr {
+	tb.Helper()
+	var addr netip.Addr
+	WaitFor(tb, 4*time.Minute, name+"'s guest up with its DHCP address", func() (bool, string) {
+		out, _ := c.Kubectl("logs", name)
+		a, ok := GuestAddr(out)
+		addr = a
+		return ok, out
+	})
+	return addr
 }
