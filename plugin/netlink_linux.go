@@ -1,6 +1,8 @@
 package plugin
 
 import (
+	"github.com/vmlane/vmlane/internal/kernel"
+
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -92,7 +94,7 @@ func (netlinkDataplane) SetupVeth(netnsPath, podIf, hostIf, bridge string, mtu i
 		if errors.Is(err, syscall.EEXIST) {
 			return Link{}, Link{}, fmt.Errorf("%s or %s already exists in the pod: %w", hostIf, podIf, err)
 		}
-		return Link{}, Link{}, err
+		return Link{}, Link{}, fmt.Errorf("creating veth %s: %w", hostIf, kernel.Explain(err, kernel.Veth))
 	}
 	host, err := netlinksafe.LinkByName(hostIf)
 	if err != nil {
@@ -167,7 +169,7 @@ func (netlinkDataplane) SetupTap(netnsPath, tap, podIf string, mtu int, multiQue
 			Flags:     flags,
 		}
 		if err := netlink.LinkAdd(t); err != nil {
-			return fmt.Errorf("creating: %w", err)
+			return fmt.Errorf("creating: %w", kernel.Explain(err, kernel.Tun))
 		}
 		tl, err := netlinksafe.LinkByName(tap)
 		if err != nil {
@@ -220,7 +222,7 @@ func redirect(from, to netlink.Link) error {
 		Parent:    netlink.HANDLE_INGRESS,
 	}}
 	if err := netlink.QdiscReplace(q); err != nil {
-		return fmt.Errorf("adding ingress qdisc on %s: %w", from.Attrs().Name, err)
+		return fmt.Errorf("adding ingress qdisc on %s: %w", from.Attrs().Name, kernel.Explain(err, kernel.Ingress))
 	}
 	f := &netlink.U32{
 		FilterAttrs: netlink.FilterAttrs{
@@ -237,7 +239,7 @@ func redirect(from, to netlink.Link) error {
 		Actions: []netlink.Action{netlink.NewMirredAction(to.Attrs().Index)},
 	}
 	if err := netlink.FilterReplace(f); err != nil {
-		return fmt.Errorf("adding redirect %s -> %s: %w", from.Attrs().Name, to.Attrs().Name, err)
+		return fmt.Errorf("adding redirect %s -> %s: %w", from.Attrs().Name, to.Attrs().Name, kernel.Explain(err, kernel.Redirect))
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sort"
 	"time"
 
 	"github.com/vmlane/vmlane/plugin"
@@ -151,4 +152,40 @@ func writeConflist(dir, name string, data []byte) (bool, error) {
 		d.Close()
 	}
 	return true, nil
+}
+
+// firstConflist is the network config a CRI runtime picks from dir: the
+// first file, by name, ending in .conf, .conflist or .json (libcni's
+// ConfFiles order; containerd and CRI-O use the first one unless told to
+// load more). "" when there is none.
+func firstConflist(dir string) (string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return "", err
+	}
+	var names []string
+	for _, e := range ents {
+		switch filepath.Ext(e.Name()) {
+		case ".conf", ".conflist", ".json":
+			if !e.IsDir() {
+				names = append(names, e.Name())
+			}
+		}
+	}
+	if len(names) == 0 {
+		return "", nil
+	}
+	sort.Strings(names)
+	return names[0], nil
+}
+
+// shadowedBy reports the other network's config that a runtime would use
+// instead of vmlane's conflist name in dir ("" when vmlane's comes first):
+// pods then get that network, and vmlane's leases and DHCP never see them.
+func shadowedBy(dir, name string) (string, error) {
+	first, err := firstConflist(dir)
+	if err != nil || first == name || first == "" {
+		return "", err
+	}
+	return first, nil
 }

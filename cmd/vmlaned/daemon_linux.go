@@ -10,6 +10,9 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/vmlane/vmlane/internal/bridge"
 	"github.com/vmlane/vmlane/leases"
 	"github.com/vmlane/vmlane/plugin"
@@ -41,7 +44,7 @@ func run(ctx context.Context, c *config, log *slog.Logger) error {
 		}
 		defer flush()
 		h.ready.Store(true)
-		<-ctx.Done()
+		newConflistWatch(c).run(ctx, c.Resync, log, func(string) {})
 		return nil
 	}
 
@@ -72,10 +75,16 @@ func run(ctx context.Context, c *config, log *slog.Logger) error {
 
 	recorder, stopEvents := eventRecorder(ctx, client, c.NodeName)
 	defer stopEvents()
+	// On the Node, as the kubelet records its events (UID = the name).
+	go newConflistWatch(c).run(ctx, c.Resync, log, func(msg string) {
+		recorder.Event(&corev1.ObjectReference{Kind: "Node", Name: c.NodeName, UID: types.UID(c.NodeName), APIVersion: "v1"},
+			corev1.EventTypeWarning, "CNIConfigShadowed", msg)
+	})
 
 	ipt4, err := routes.NewIPTables(false)
 	if err != nil {
-		return fmt.Errorf("iptables: %w", err)
+		// Most often an image without the iptables package.
+		return fmt.Errorf("iptables: %w (vmlaned runs the iptables command: the image needs Debian's iptables package, as manifests/image/packages lists)", err)
 	}
 	ipt6, err := routes.NewIPTables(true)
 	if err != nil {

@@ -1,6 +1,8 @@
 package bridge
 
 import (
+	"github.com/vmlane/vmlane/internal/kernel"
+
 	"errors"
 	"fmt"
 	"net"
@@ -32,7 +34,7 @@ func Ensure(name string, gw netip.Prefix, mtu int, mac string) (string, error) {
 		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name, MTU: mtu, HardwareAddr: hw, TxQLen: -1}}
 		err = netlink.LinkAdd(br)
 		if err != nil && !errors.Is(err, syscall.EEXIST) { // EEXIST: a concurrent caller made it
-			return "", fmt.Errorf("creating bridge: %w", err)
+			return "", fmt.Errorf("creating bridge: %w", kernel.Explain(err, kernel.Bridge))
 		}
 		l, err = netlinksafe.LinkByName(name)
 	}

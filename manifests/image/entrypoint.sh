@@ -1,5 +1,13 @@
 #!/bin/sh
 set -eu
+# An image without the iptables package would otherwise fail below with
+# update-alternatives' own words, or later in vmlaned.
+for b in iptables-nft iptables-legacy update-alternatives; do
+	if ! command -v "$b" >/dev/null 2>&1; then
+		echo "vmlane-entrypoint: $b is not in this image: vmlane needs Debian's iptables package (manifests/image/packages)" >&2
+		exit 1
+	fi
+done
 mode=${VMLANE_IPTABLES_MODE:-auto}
 hint='^:(KUBE-IPTABLES-HINT|KUBE-KUBELET-CANARY)'
 if [ "$mode" = auto ]; then
