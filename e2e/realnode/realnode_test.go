@@ -278,6 +278,56 @@ func TestDaemonSetUpgradeUnderTraffic(t *testing.T) {
 	})
 }
 
+// TestDelAfterPodCIDRChange: a pod deleted after its node's conflist moved
+// to another subnet (what vmlaned writes after a podCIDR change) still goes
+// away, and its lease is released. Found on this stack: containerd's DEL
+// failed with "lease file belongs to another subnet" and the pod stayed
+// Terminating for good.
+func TestDelAfterPodCIDRChange(t *testing.T) {
+	n := c.RealNode("node-a")
+	conf := n.File("/etc/cni/net.d/10-vmlane.conflist")
+	orig, err := os.ReadFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := podCIDR(t, "node-a")
+	moved := strings.ReplaceAll(string(orig), old.String(), "10.244.99.0/24")
+	moved = strings.ReplaceAll(moved, `"`+old.Addr().Next().String()+`"`, `"10.244.99.1"`)
+	if moved == string(orig) {
+		t.Fatalf("conflist does not name %s:\n%s", old, orig)
+	}
+	restore := func() { os.WriteFile(conf, orig, 0o644) }
+	t.Cleanup(restore)
+	if err := os.WriteFile(conf, []byte(moved), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	victim := web["node-a"][0]
+	if out, err := c.Kubectl("delete", "pod", victim.Name, "--wait=false"); err != nil {
+		t.Fatal(out, err)
+	}
+	cluster.WaitFor(t, 2*time.Minute, victim.Name+" gone after its DEL under another subnet's conflist", func() (bool, string) {
+		for _, p := range c.Pods(t, "default", "app=web") {
+			if p.Name == victim.Name {
+				out, _ := c.Kubectl("get", "pod", victim.Name, "-o", "wide")
+				return false, out + "\n" + n.Log("containerd.log", 5)
+			}
+		}
+		return true, ""
+	})
+	for _, l := range leaseLines(t, n) {
+		if strings.HasPrefix(l, victim.IP.String()+" ") {
+			t.Errorf("%s's lease is still there after its DEL: %s", victim.Name, l)
+		}
+	}
+	// The conflist back as vmlaned wrote it; the Deployment's new pod
+	// comes up on it (its ADDs meanwhile failed: the file still holds the
+	// old subnet's leases, which vmlane never drops silently).
+	restore()
+	cluster.WaitFor(t, 3*time.Minute, "Deployment web ready again", func() (bool, string) {
+		return c.PodsReady("default", "app=web", 2*len(c.RealNodes))
+	})
+}
+
 // TestStatusGatesNodeReadiness runs last: it breaks node-b's network.
 // containerd 2.x calls CNI STATUS every few seconds; vmlane's STATUS fails
 // while the bridge is missing, which turns the node NotReady (the kubelet

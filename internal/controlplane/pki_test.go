@@ -95,16 +95,24 @@ func TestFindIn(t *testing.T) {
 	if _, err := FindIn(dir); err == nil || !strings.Contains(err.Error(), "make controlplane") {
 		t.Errorf("FindIn(empty dir) = %v, want an error that says to run make controlplane", err)
 	}
-	for _, name := range []string{".stamp", "kube-apiserver", "etcd"} {
+	all := []string{".stamp", "kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "kubectl"}
+	for i, name := range all {
 		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o755); err != nil {
 			t.Fatal(err)
+		}
+		// A build of an older recipe, without the node binaries, is
+		// incomplete: every missing one is named.
+		if next := i + 1; next < len(all) {
+			if _, err := FindIn(dir); err == nil || !strings.Contains(err.Error(), "has no "+all[next]) {
+				t.Errorf("FindIn without %s = %v, want an error naming it", all[next], err)
+			}
 		}
 	}
 	b, err := FindIn(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.APIServer != filepath.Join(dir, "kube-apiserver") || b.Etcd != filepath.Join(dir, "etcd") {
+	if b.APIServer != filepath.Join(dir, "kube-apiserver") || b.Etcd != filepath.Join(dir, "etcd") || b.Kubelet != filepath.Join(dir, "kubelet") {
 		t.Errorf("FindIn = %+v", b)
 	}
 }
