@@ -204,7 +204,7 @@ func DefaultRealNodes(n int) []RealNodeSpec {
 
 // File is the host's path of a file on the node's own disk (/etc, /opt,
 // /var/lib or /var/log, which are overlays whose upper folders the node
-// writes).
+// writes), for reading what the node wrote; see Run to change it.
 func (n *RealNode) File(path string) string {
 	for _, ov := range []struct{ mount, dir string }{{"/etc/", "etc"}, {"/opt/", "opt"}, {"/var/lib/", "varlib"}, {"/var/log/", "varlog"}} {
 		if rest, ok := strings.CutPrefix(path, ov.mount); ok {
@@ -212,6 +212,21 @@ func (n *RealNode) File(path string) string {
 		}
 	}
 	return filepath.Join(n.Dir, "not-on-the-node-disk", path)
+}
+
+// Run runs argv on the node, in its network and mount namespaces, with
+// stdin, and returns its combined output. Change the node's files this
+// way, not through File: a write to an overlay's upper folder from outside
+// is invisible to the node's file watchers (containerd's CNI config
+// watch among them), and overlayfs does not promise to show it at all.
+func (n *RealNode) Run(stdin string, argv ...string) (string, error) {
+	cmd := exec.Command("nsenter", append([]string{"--target", strconv.Itoa(n.cmd.Process.Pid), "--mount", "--net", "--"}, argv...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s on %s: %w: %s", strings.Join(argv, " "), n.Name, err, out)
+	}
+	return string(out), nil
 }
 
 // Shell is the command that opens a shell on the node: its network and

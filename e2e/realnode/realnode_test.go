@@ -296,11 +296,22 @@ func TestDelAfterPodCIDRChange(t *testing.T) {
 	if moved == string(orig) {
 		t.Fatalf("conflist does not name %s:\n%s", old, orig)
 	}
-	restore := func() { os.WriteFile(conf, orig, 0o644) }
+	// As vmlaned writes it: a temporary file renamed over the old one,
+	// from inside the node, where containerd's config watch sees it.
+	install := func(data string) error {
+		_, err := n.Run(data, "sh", "-c", "cat >/etc/cni/net.d/.vmlane-e2e.tmp && mv /etc/cni/net.d/.vmlane-e2e.tmp /etc/cni/net.d/10-vmlane.conflist")
+		return err
+	}
+	restore := func() {
+		if err := install(string(orig)); err != nil {
+			t.Error(err)
+		}
+	}
 	t.Cleanup(restore)
-	if err := os.WriteFile(conf, []byte(moved), 0o644); err != nil {
+	if err := install(moved); err != nil {
 		t.Fatal(err)
 	}
+	time.Sleep(2 * time.Second) // containerd reloads it
 	victim := web["node-a"][0]
 	if out, err := c.Kubectl("delete", "pod", victim.Name, "--wait=false"); err != nil {
 		t.Fatal(out, err)
