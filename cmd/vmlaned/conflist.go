@@ -122,6 +122,12 @@ func writeConflist(dir, name string, data []byte) (bool, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return false, err
 	}
+	// The temporary file sits in dir itself, not in a subfolder: the
+	// rename then raises an inotify event under the temporary name
+	// (IN_MOVED_FROM) besides the one under the final name (IN_MOVED_TO).
+	// containerd's CNI config watch ignores the latter (it skips "create"
+	// events) and reloads on the former; a file moved in from elsewhere
+	// would only be seen at the next unrelated change.
 	tmp, err := os.CreateTemp(dir, "."+name+".tmp-*")
 	if err != nil {
 		return false, err
