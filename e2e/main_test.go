@@ -3,13 +3,9 @@
 package e2e
 
 import (
-	"context"
-	"fmt"
 	"net/netip"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -33,30 +29,7 @@ var (
 var nodeBCIDR = netip.MustParsePrefix("10.244.1.0/28")
 
 func TestMain(m *testing.M) {
-	start := time.Now()
-	r := cluster.NewRunner(context.Background(), "e2e", os.Stderr)
-	// An interrupt tears the cluster down before the process goes; each
-	// test's own leftovers die with it (namespaces are swept by the next
-	// run, processes have Pdeathsig).
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	go func() {
-		s := <-sig
-		fmt.Fprintf(os.Stderr, "e2e: %v: tearing the cluster down\n", s)
-		r.Close()
-		os.Exit(130)
-	}()
-	code := 1
-	if err := r.Run(func() { setup(r) }); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: building the cluster failed: %v\n", err)
-	} else {
-		fmt.Printf("e2e: cluster up in %s\n", time.Since(start).Round(time.Second))
-		code = m.Run()
-	}
-	signal.Stop(sig)
-	r.Close()
-	fmt.Printf("e2e: total %s\n", time.Since(start).Round(time.Second))
-	os.Exit(code)
+	os.Exit(cluster.SuiteMain(m, "e2e", setup))
 }
 
 func setup(r *cluster.Runner) {

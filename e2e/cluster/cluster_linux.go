@@ -98,6 +98,32 @@ type Options struct {
 	CNIBinDir string
 }
 
+// newCluster checks what either kind of cluster needs (the commands, the
+// control plane's binaries, the test guest), fills in o's defaults and
+// returns the cluster, with nothing started yet.
+func newCluster(tb testing.TB, o Options, commands ...string) *Cluster {
+	tb.Helper()
+	privtest.Require(tb, commands...)
+	bins, err := controlplane.Find()
+	if err != nil {
+		privtest.Missing(tb, err.Error())
+	}
+	guest, err := testvm.Find()
+	if err != nil {
+		privtest.Missing(tb, err.Error())
+	}
+	if !o.ClusterCIDR.IsValid() {
+		o.ClusterCIDR = DefaultClusterCIDR
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	if o.VMTimeout == 0 {
+		o.VMTimeout = 10 * time.Minute
+	}
+	return &Cluster{Opts: o, tb: tb, guest: guest, bins: bins, dir: tb.TempDir(), KubectlPath: bins.Kubectl}
+}
+
 // startControlPlane makes the switch and starts the control plane on it
 // with cpOpts (the switch fields filled in here), and an admin client.
 func (c *Cluster) startControlPlane(tb testing.TB, cpOpts controlplane.Options) {
@@ -154,28 +180,7 @@ type Cluster struct {
 // outside host, and every node running vmlaned with its conflists written.
 func New(tb testing.TB, o Options) *Cluster {
 	tb.Helper()
-	privtest.Require(tb, "ip", "iptables", "qemu-system-x86_64", "nsenter", "busybox")
-	bins, err := controlplane.Find()
-	if err != nil {
-		privtest.Missing(tb, err.Error())
-	}
-	guest, err := testvm.Find()
-	if err != nil {
-		privtest.Missing(tb, err.Error())
-	}
-	if !o.ClusterCIDR.IsValid() {
-		o.ClusterCIDR = DefaultClusterCIDR
-	}
-	if o.Log == nil {
-		o.Log = io.Discard
-	}
-	if o.VMTimeout == 0 {
-		o.VMTimeout = 10 * time.Minute
-	}
-	c := &Cluster{Opts: o, tb: tb, guest: guest, bins: bins, dir: tb.TempDir(), KubectlPath: bins.Kubectl}
-	if _, err := os.Stat(c.KubectlPath); err != nil {
-		privtest.Missing(tb, fmt.Sprintf("no kubectl beside kube-apiserver (%v): run `make controlplane`", err))
-	}
+	c := newCluster(tb, o, "ip", "iptables", "qemu-system-x86_64", "nsenter", "busybox")
 	c.startControlPlane(tb, controlplane.Options{})
 
 	c.step("manifests: kubectl apply --server-side -k %s", o.Manifests)

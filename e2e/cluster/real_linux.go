@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/netip"
 	"os/exec"
 	"path/filepath"
@@ -29,26 +28,11 @@ import (
 // vmlaned writes the conflists the node's containerd then uses.
 func NewReal(tb testing.TB, o Options) *Cluster {
 	tb.Helper()
-	privtest.Require(tb, "ip", "nsenter", "unshare", "runc", "qemu-system-x86_64")
-	bins, err := controlplane.Find()
-	if err != nil {
-		privtest.Missing(tb, err.Error())
-	}
+	c := newCluster(tb, o, "ip", "nsenter", "unshare", "runc", "qemu-system-x86_64")
 	if _, err := RuntimeDir(); err != nil {
 		privtest.Missing(tb, err.Error())
 	}
-	guest, err := testvm.Find()
-	if err != nil {
-		privtest.Missing(tb, err.Error())
-	}
-	if !o.ClusterCIDR.IsValid() {
-		o.ClusterCIDR = DefaultClusterCIDR
-	}
-	if o.Log == nil {
-		o.Log = io.Discard
-	}
-	c := &Cluster{Opts: o, tb: tb, guest: guest, bins: bins, dir: tb.TempDir(), KubectlPath: bins.Kubectl}
-	c.startControlPlane(tb, controlplane.Options{ClusterCIDR: o.ClusterCIDR})
+	c.startControlPlane(tb, controlplane.Options{ClusterCIDR: c.Opts.ClusterCIDR})
 	c.step("manifests: kubectl apply --server-side -k %s", o.Overlay)
 	c.MustKubectl(tb, "apply", "--server-side", "-k", o.Overlay)
 	c.step("outside host %s, the nodes' default gateway (serves /cgi-bin/whoami)", OutsideIP)
@@ -78,7 +62,7 @@ func (c *Cluster) dumpPods(tb testing.TB) {
 		// there even when the apiserver cannot reach the kubelet.
 		logs, _ := filepath.Glob(n.File("/var/log/pods/vmlane-system_*/*/*.log"))
 		for _, l := range logs {
-			tb.Logf("%s: %s:\n%s", n.Name, strings.TrimPrefix(l, n.Dir), tailFile(l, 25))
+			tb.Logf("%s: %s:\n%s", n.Name, strings.TrimPrefix(l, n.Dir), controlplane.Tail(l, 25))
 		}
 	}
 }

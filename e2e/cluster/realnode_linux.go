@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmlane/vmlane/internal/controlplane"
 	"github.com/vmlane/vmlane/internal/netnstest"
 )
 
@@ -113,14 +114,14 @@ func (c *Cluster) AddRealNode(tb testing.TB, s RealNodeSpec) *RealNode {
 	tb.Cleanup(func() {
 		if tb.Failed() {
 			for _, f := range []string{"init.log", "containerd.log", "kubelet.log", "kube-proxy.log"} {
-				tb.Logf("node %s: tail of %s:\n%s", s.Name, f, tailFile(filepath.Join(n.Dir, f), 30))
+				tb.Logf("node %s: tail of %s:\n%s", s.Name, f, controlplane.Tail(filepath.Join(n.Dir, f), 30))
 			}
 		}
 		n.stop()
 		os.RemoveAll(n.Dir)
 	})
 	if err := n.start(); err != nil {
-		tb.Fatalf("node %s: %v\ninit.log:\n%s", s.Name, err, tailFile(filepath.Join(n.Dir, "init.log"), 30))
+		tb.Fatalf("node %s: %v\ninit.log:\n%s", s.Name, err, controlplane.Tail(filepath.Join(n.Dir, "init.log"), 30))
 	}
 	c.RealNodes = append(c.RealNodes, n)
 	return n
@@ -243,7 +244,7 @@ func (n *RealNode) ContainerdSocket() string {
 // Log returns the tail of one of the node's logs: containerd.log,
 // kubelet.log, kube-proxy.log or init.log.
 func (n *RealNode) Log(name string, lines int) string {
-	return tailFile(filepath.Join(n.Dir, name), lines)
+	return controlplane.Tail(filepath.Join(n.Dir, name), lines)
 }
 
 // stop kills everything the node runs, its containers too, through its
@@ -432,17 +433,4 @@ func sweepRealNodes() {
 			os.RemoveAll(filepath.Join(dir, e.Name()))
 		}
 	}
-}
-
-// tailFile returns the last n lines of a file, for failure messages.
-func tailFile(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

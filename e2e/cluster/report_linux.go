@@ -11,6 +11,8 @@ import (
 	"sync"
 	"text/tabwriter"
 	"time"
+
+	"github.com/vmlane/vmlane/leases"
 )
 
 // Endpoint is a pod as the ping matrix sees it: a name, an address and,
@@ -142,14 +144,49 @@ func (m *Matrix) Write(w io.Writer) {
 	tw.Flush()
 }
 
+// section writes a report's section heading.
+func section(w io.Writer) func(title string) {
+	return func(title string) {
+		fmt.Fprintf(w, "\n── %s %s\n", title, strings.Repeat("─", max(0, 60-len(title))))
+	}
+}
+
+// reportNode is what a report shows of one node: its vmlane routes and
+// its lease file (path on this host; shown, as the node sees it).
+type reportNode struct {
+	name, routes, leaseFile, shown string
+}
+
+// writeRoutesAndLeases writes each node's vmlane routes, then each node's
+// lease table as `vmlanectl leases list` prints it.
+func (c *Cluster) writeRoutesAndLeases(w io.Writer, section func(string), nodes []reportNode) {
+	indent := func(text string) {
+		for _, l := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
+			fmt.Fprintf(w, "    %s\n", l)
+		}
+	}
+	section("Routes vmlane installed (ip route show proto 77)")
+	for _, n := range nodes {
+		fmt.Fprintf(w, "%s:\n", n.name)
+		indent(n.routes)
+	}
+	section("Leases (vmlanectl leases list)")
+	for _, n := range nodes {
+		out, err := exec.Command(filepath.Join(c.Opts.BinDir, "vmlanectl"), "leases", "list", "--lease-file", n.leaseFile).CombinedOutput()
+		if err != nil {
+			out = append(out, []byte(err.Error())...)
+		}
+		fmt.Fprintf(w, "%s (%s):\n", n.name, n.shown)
+		indent(string(out))
+	}
+}
+
 // Report writes the demo's account of the cluster: the nodes and their
 // podCIDRs as the API server has them, each node's vmlane routes, each
 // node's lease table as `vmlanectl leases list` prints it, and the ping
 // matrix.
 func (c *Cluster) Report(w io.Writer, m *Matrix) {
-	section := func(title string) {
-		fmt.Fprintf(w, "\n── %s %s\n", title, strings.Repeat("─", max(0, 60-len(title))))
-	}
+	section := section(w)
 	section("Nodes (kubectl get nodes)")
 	out, err := c.Kubectl("get", "nodes", "-o",
 		`custom-columns=NAME:.metadata.name,POD-CIDR:.spec.podCIDR,INTERNAL-IP:.status.addresses[?(@.type=="InternalIP")].address,NETWORK-UNAVAILABLE:.status.conditions[?(@.type=="NetworkUnavailable")].status`)
@@ -158,25 +195,11 @@ func (c *Cluster) Report(w io.Writer, m *Matrix) {
 	}
 	fmt.Fprint(w, out)
 
-	section("Routes vmlane installed (ip route show proto 77)")
+	var nodes []reportNode
 	for _, n := range c.Nodes {
-		fmt.Fprintf(w, "%s:\n", n.Name)
-		for _, l := range strings.Split(n.Routes(), "\n") {
-			fmt.Fprintf(w, "    %s\n", l)
-		}
+		nodes = append(nodes, reportNode{n.Name, n.Routes(), n.LeaseFile(), n.LeaseFile()})
 	}
-
-	section("Leases (vmlanectl leases list)")
-	for _, n := range c.Nodes {
-		out, err := exec.Command(filepath.Join(c.Opts.BinDir, "vmlanectl"), "leases", "list", "--lease-file", n.LeaseFile()).CombinedOutput()
-		if err != nil {
-			out = append(out, []byte(err.Error())...)
-		}
-		fmt.Fprintf(w, "%s (%s):\n", n.Name, n.LeaseFile())
-		for _, l := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
-			fmt.Fprintf(w, "    %s\n", l)
-		}
-	}
+	c.writeRoutesAndLeases(w, section, nodes)
 
 	if m != nil {
 		section("Ping matrix (average RTT of 3 pings from inside each pod)")
@@ -188,9 +211,7 @@ func (c *Cluster) Report(w io.Writer, m *Matrix) {
 // RealReport is Report for a cluster of real nodes: kubectl's view of the
 // nodes and pods, then each node's routes and leases, and the matrix.
 func (c *Cluster) RealReport(w io.Writer, m *Matrix) {
-	section := func(title string) {
-		fmt.Fprintf(w, "\n── %s %s\n", title, strings.Repeat("─", max(0, 60-len(title))))
-	}
+	section := section(w)
 	for _, v := range []struct{ title, what string }{
 		{"kubectl get nodes", "nodes"},
 		{"kubectl get pods -o wide", "pods"},
@@ -207,25 +228,11 @@ func (c *Cluster) RealReport(w io.Writer, m *Matrix) {
 		}
 		fmt.Fprint(w, out)
 	}
-	section("Routes vmlane installed (ip route show proto 77)")
+	var nodes []reportNode
 	for _, n := range c.RealNodes {
-		fmt.Fprintf(w, "%s:\n", n.Name)
-		for _, l := range strings.Split(n.Routes(), "\n") {
-			fmt.Fprintf(w, "    %s\n", l)
-		}
+		nodes = append(nodes, reportNode{n.Name, n.Routes(), n.File(leases.DefaultPath), leases.DefaultPath})
 	}
-	section("Leases (vmlanectl leases list)")
-	for _, n := range c.RealNodes {
-		path := n.File("/var/lib/vmlane/leases.json")
-		lo, lerr := exec.Command(filepath.Join(c.Opts.BinDir, "vmlanectl"), "leases", "list", "--lease-file", path).CombinedOutput()
-		if lerr != nil {
-			lo = append(lo, []byte(lerr.Error())...)
-		}
-		fmt.Fprintf(w, "%s (/var/lib/vmlane/leases.json):\n", n.Name)
-		for _, l := range strings.Split(strings.TrimRight(string(lo), "\n"), "\n") {
-			fmt.Fprintf(w, "    %s\n", l)
-		}
-	}
+	c.writeRoutesAndLeases(w, section, nodes)
 	if m != nil {
 		section("Ping matrix (kubectl exec ping, average RTT of 3, from a plain pod of each node)")
 		m.Write(w)

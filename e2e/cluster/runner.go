@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // Runner is a testing.TB for code that is not a test: the demo, and the
@@ -145,4 +148,34 @@ func (r *Runner) fail() {
 
 func (r *Runner) stop(msg string) {
 	panic(fatal{msg})
+}
+
+// SuiteMain is a suite's TestMain: it builds the cluster every test shares
+// with setup (through a Runner named name), runs the tests, tears the
+// cluster down, and prints how long the build and the whole took. An
+// interrupt (Ctrl-C, SIGTERM) tears the cluster down before the process
+// goes; what a test made itself dies with it (namespaces are swept by the
+// next run, processes have Pdeathsig). It returns the exit code.
+func SuiteMain(m *testing.M, name string, setup func(r *Runner)) int {
+	start := time.Now()
+	r := NewRunner(context.Background(), name, os.Stderr)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-sig
+		fmt.Fprintf(os.Stderr, "%s: %v: tearing the cluster down\n", name, s)
+		r.Close()
+		os.Exit(130)
+	}()
+	code := 1
+	if err := r.Run(func() { setup(r) }); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: building the cluster failed: %v\n", name, err)
+	} else {
+		fmt.Printf("%s: cluster up in %s\n", name, time.Since(start).Round(time.Second))
+		code = m.Run()
+	}
+	signal.Stop(sig)
+	r.Close()
+	fmt.Printf("%s: total %s\n", name, time.Since(start).Round(time.Second))
+	return code
 }

@@ -9,15 +9,10 @@
 package realnode
 
 import (
-	"context"
-	"fmt"
 	"net/netip"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/vmlane/vmlane/e2e/cluster"
 )
@@ -33,27 +28,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	start := time.Now()
-	r := cluster.NewRunner(context.Background(), "e2e-realnode", os.Stderr)
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	go func() {
-		s := <-sig
-		fmt.Fprintf(os.Stderr, "e2e-realnode: %v: tearing the cluster down\n", s)
-		r.Close()
-		os.Exit(130)
-	}()
-	code := 1
-	if err := r.Run(func() { setup(r) }); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e-realnode: building the cluster failed: %v\n", err)
-	} else {
-		fmt.Printf("e2e-realnode: cluster up in %s\n", time.Since(start).Round(time.Second))
-		code = m.Run()
-	}
-	signal.Stop(sig)
-	r.Close()
-	fmt.Printf("e2e-realnode: total %s\n", time.Since(start).Round(time.Second))
-	os.Exit(code)
+	os.Exit(cluster.SuiteMain(m, "e2e-realnode", setup))
 }
 
 // env returns the environment variable name, which `make e2e` sets.

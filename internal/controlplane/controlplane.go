@@ -148,8 +148,9 @@ func (cp *ControlPlane) Client() ClientConfig {
 	return ClientConfig{Host: cp.URL, BearerToken: cp.Token, CAData: cp.CACert, Dial: cp.Dial}
 }
 
-// tail returns the last n lines of the file at path, for failure messages.
-func tail(path string, n int) string {
+// Tail returns the last n lines of the file at path, for failure
+// messages (the error itself when it cannot be read).
+func Tail(path string, n int) string {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return err.Error()

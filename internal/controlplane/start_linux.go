@@ -112,7 +112,7 @@ func (cp *ControlPlane) cleanup() {
 			if _, err := os.Stat(filepath.Join(cp.dir, name+".log")); err != nil {
 				continue
 			}
-			cp.t.Logf("controlplane: tail of %s.log:\n%s", name, tail(filepath.Join(cp.dir, name+".log"), 40))
+			cp.t.Logf("controlplane: tail of %s.log:\n%s", name, Tail(filepath.Join(cp.dir, name+".log"), 40))
 		}
 	}
 	cp.Stop()
