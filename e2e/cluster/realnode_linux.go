@@ -28,8 +28,9 @@ type Runtime string
 const (
 	// Containerd is containerd 2.x, built by internal/realnode/build.sh.
 	Containerd Runtime = "containerd"
-	// Containerd16 is Debian 12's containerd 1.6 package, whose libcni
-	// predates CNI 1.1: the old runtimes most clusters still run.
+	// Containerd16 is Debian 12's containerd 1.6 package, whose libcni,
+	// like containerd 1.7's (what most clusters still run), predates CNI
+	// 1.1.
 	Containerd16 Runtime = "containerd-1.6"
 )
 
@@ -89,7 +90,8 @@ func (s RealNodeSpec) runtimeBin(dir string) string {
 }
 
 // AddRealNode starts a real node on the switch and waits until its
-// kubelet has registered the Node.
+// containerd is up with the images imported and its kubelet and kube-proxy
+// are started; [Cluster.WaitNetwork] waits for the Node to turn Ready.
 func (c *Cluster) AddRealNode(tb testing.TB, s RealNodeSpec) *RealNode {
 	tb.Helper()
 	if s.Runtime == "" {
