@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
@@ -65,6 +66,14 @@ func NewHandler(cfg Config, alloc Allocator, opts ...Option) (*Handler, error) {
 			return nil, fmt.Errorf("dhcp: route %s via %s is not IPv4", r.Dest, r.Via)
 		}
 	}
+	// A fully qualified name's trailing dot is the root label, which the
+	// RFC 1035 encoding of option 119 already ends every name with; kept,
+	// it would encode as one more, empty, name (the root domain).
+	search := make([]string, len(cfg.Search))
+	for i, d := range cfg.Search {
+		search[i] = strings.TrimSuffix(d, ".")
+	}
+	cfg.Search = search
 	if _, err := searchBytes(cfg.Search); err != nil {
 		return nil, err
 	}

@@ -521,3 +521,27 @@ func TestLeaseEndRoundsUp(t *testing.T) {
 		t.Errorf("leaseEnd on a whole second = %s, want %s", got, whole.Add(time.Minute))
 	}
 }
+
+// TestSearchTrailingDot: a search domain written fully qualified
+// ("cluster.local.") encodes as the same name, not as that name plus the
+// root domain (issue 12: option 119 carried an extra empty name).
+func TestSearchTrailingDot(t *testing.T) {
+	want := testConfig()
+	dotted := testConfig()
+	dotted.Search = []string{"default.svc.cluster.local.", "svc.cluster.local."}
+	var opts [2][]byte
+	for i, cfg := range []Config{want, dotted} {
+		h, _ := newTestHandler(t, cfg, newFake())
+		for _, o := range h.options(leases.Lease{}, false) {
+			if o.Code == dhcpv4.OptionDNSDomainSearchList {
+				opts[i] = o.Value.ToBytes()
+			}
+		}
+	}
+	if opts[0] == nil || !bytes.Equal(opts[0], opts[1]) {
+		t.Errorf("option 119 with trailing dots = %x, want %x", opts[1], opts[0])
+	}
+	if dotted.Search[0] != "default.svc.cluster.local." {
+		t.Errorf("the handler changed its caller's search list: %q", dotted.Search)
+	}
+}
