@@ -479,7 +479,10 @@ func decodeFile(data []byte) (*File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parsing lease file: %w", err)
 	}
-	if d.peek() != 0 {
+	// Not peek() != 0: peek answers 0 for a NUL byte as for the end, and
+	// a file with trailing NULs (a crash between extending and writing
+	// it, on some filesystems) is not a lease file encoding/json accepts.
+	if d.ws(); d.pos < len(d.s) {
 		return nil, fmt.Errorf("parsing lease file: %w", d.errorf("data after the top-level object"))
 	}
 	if !sawVersion {

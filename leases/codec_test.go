@@ -26,6 +26,7 @@ func FuzzCodecMatchesEncodingJSON(f *testing.F) {
 		`{"version":1,"node":"\ud83d\ude00","created":"\u0032026-11-22T17:00:00Z"}`,
 		`{"version":1,"leases":[{"created":"2026-02-30T17:00:00Z"}]}`,
 		`{"version":1,"leases":[{"hostname":"bad \xff utf8"}]}`,
+		"{\"version\":1}\x00\x00", // trailing NULs: encoding/json refuses them
 	} {
 		f.Add([]byte(s))
 	}
@@ -51,4 +52,22 @@ func FuzzCodecMatchesEncodingJSON(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestDecodeRejectsTrailingNULs: bytes after the top-level object, NULs
+// included, make the file unreadable, as encoding/json has it. The codec
+// took a NUL for the end of the input.
+func TestDecodeRejectsTrailingNULs(t *testing.T) {
+	for _, tail := range []string{"\x00", "\x00\x00\x00\x00", " \n\x00", "x"} {
+		data := []byte(`{"version":1,"subnet":"10.0.0.0/24","leases":[]}` + tail)
+		if _, err := decodeFile(data); err == nil {
+			t.Errorf("decodeFile accepted the object followed by %q", tail)
+		}
+		if json.Unmarshal(data, new(File)) == nil {
+			t.Errorf("encoding/json accepts %q after the object: the test is wrong", tail)
+		}
+	}
+	if _, err := decodeFile([]byte(`{"version":1}` + " \n\t\r")); err != nil {
+		t.Errorf("trailing white space: %v", err)
+	}
 }
