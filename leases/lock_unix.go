@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+	"time"
 )
 
 // fileLock is an exclusive flock(2) on a lock file beside the lease file.
@@ -19,11 +20,32 @@ func lockFile(path string) (*fileLock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening lock file: %w", err)
 	}
-	for {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
-		if err != syscall.EINTR {
-			break
+	// A blocking flock wakes the moment the holder lets go, which polling
+	// with LOCK_NB would not; it cannot be interrupted, so it runs on a
+	// goroutine of its own, and a caller that gives up leaves it behind to
+	// release the lock as soon as it gets it.
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		for {
+			err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+			if err != syscall.EINTR {
+				break
+			}
 		}
+		done <- err
+	}()
+	t := time.NewTimer(lockTimeout)
+	defer t.Stop()
+	select {
+	case err = <-done:
+	case <-t.C:
+		go func() {
+			<-done
+			f.Close()
+		}()
+		return nil, fmt.Errorf("%w: %s has been held by another process for %v (a writer that hangs: see `fuser %s`)",
+			ErrLockTimeout, path, lockTimeout, path)
 	}
 	if err != nil {
 		f.Close()

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -223,6 +224,16 @@ func TestWaitWakesOnBind(t *testing.T) {
 	if err := <-done; err != nil || got.IP != l.IP {
 		t.Fatalf("Wait = %v, %v; want %s", got.IP, err, l.IP)
 	}
+}
+
+// TestWaitPollsWithoutAWatch: where no watch can be had (inotify's
+// instance limit reached: EMFILE), Wait polls instead of failing.
+func TestWaitPollsWithoutAWatch(t *testing.T) {
+	watch = func(string) (<-chan struct{}, func(), error) {
+		return nil, nil, os.NewSyscallError("inotify_init1", syscall.EMFILE)
+	}
+	t.Cleanup(func() { watch = watchFile })
+	TestWaitWakesOnBind(t)
 }
 
 func TestWaitHonoursContext(t *testing.T) {

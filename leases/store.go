@@ -28,7 +28,15 @@ var (
 	// ErrConflict: the request contradicts what the lease already says (a
 	// retried ADD asking for another IP, a bind from another MAC).
 	ErrConflict = errors.New("conflicts with existing lease")
+	// ErrLockTimeout: the lease file's lock stayed held longer than a
+	// write ever takes; its holder hangs. The caller may retry.
+	ErrLockTimeout = errors.New("lease file lock timed out")
 )
+
+// lockTimeout bounds the wait for the lease file's lock. A write holds it
+// for one read, one fsynced write and a rename: milliseconds, or seconds
+// on a disk that stalls. Waiting longer only hides a writer that hangs.
+var lockTimeout = 30 * time.Second
 
 // Store is the writers' view of a lease file. It trusts no lease state in
 // memory: every operation reads the file under the lock, so any number of

@@ -13,10 +13,14 @@ import (
 // notification, and, as a safety net, where it has one.
 var pollInterval = 200 * time.Millisecond
 
+// watch is watchFile, replaced in tests.
+var watch = watchFile
+
 // Wait returns the bound, unexpired lease of mac as soon as one appears in
 // the lease file at path (a VM runtime calls it after starting a VM, to learn
 // the address the VM got by DHCP). On Linux it wakes on inotify events for
-// the lease folder; elsewhere it polls. The file need not exist yet. It
+// the lease folder, and polls where it cannot have them (elsewhere, or when
+// the node is out of inotify instances or watches). The file need not exist yet. It
 // returns ctx's error, joined with the last read error if any, when ctx ends
 // first. An empty path is NodePath.
 func Wait(ctx context.Context, path, mac string) (Lease, error) {
@@ -31,17 +35,20 @@ func Wait(ctx context.Context, path, mac string) (Lease, error) {
 	defer tick.Stop()
 	// On a node where vmlaned has not started yet the folder may not
 	// exist either: poll until it does, then watch it.
-	changed, stop, err := watchFile(path)
+	changed, stop, err := watch(path)
 	for errors.Is(err, fs.ErrNotExist) {
 		select {
 		case <-ctx.Done():
 			return Lease{}, fmt.Errorf("waiting for a bound lease of %s in %s: %w (folder %s does not exist)", mac, path, ctx.Err(), filepath.Dir(path))
 		case <-tick.C:
 		}
-		changed, stop, err = watchFile(path)
+		changed, stop, err = watch(path)
 	}
 	if err != nil {
-		return Lease{}, fmt.Errorf("watching %s: %w", filepath.Dir(path), err)
+		// No watch to be had (the inotify instance or watch limits of a
+		// busy node, say): the ticker alone finds the lease, a poll
+		// interval later at worst.
+		changed, stop = nil, func() {}
 	}
 	defer stop()
 	var lastErr error

@@ -212,11 +212,14 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 }
 
 // storeError turns lease store errors into CNI errors: a full subnet is
-// worth retrying later (pods may leave), a corrupt file is not.
+// worth retrying later (pods may leave), and so is a lock a hung writer
+// holds; a corrupt file is not.
 func storeError(err error) error {
 	switch {
 	case errors.Is(err, leases.ErrExhausted):
 		return types.NewError(types.ErrTryAgainLater, "no free address: "+err.Error(), "")
+	case errors.Is(err, leases.ErrLockTimeout):
+		return types.NewError(types.ErrTryAgainLater, "lease store busy: "+err.Error(), "")
 	case errors.Is(err, leases.ErrInUse), errors.Is(err, leases.ErrConflict):
 		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
 	default:
