@@ -1,6 +1,7 @@
 package routes
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -109,7 +110,8 @@ func (f *fakeTable) String() string {
 // fakeIPT is a recording iptablesInterface whose chains print as
 // `iptables -S` lines.
 type fakeIPT struct {
-	chains map[string][]string // "table/chain" -> rules, each the joined rulespec
+	chains   map[string][]string // "table/chain" -> rules, each the joined rulespec
+	restores int                 // Restore calls: execs of iptables-restore
 }
 
 func newFakeIPT() *fakeIPT {
@@ -169,6 +171,79 @@ func (f *fakeIPT) List(table, chain string) ([]string, error) {
 	out := []string{"-N " + chain}
 	for _, r := range f.chains[key(table, chain)] {
 		out = append(out, "-A "+chain+" "+r)
+	}
+	return out, nil
+}
+
+// Restore applies iptables-restore --noflush input as the kernel does: a
+// table's changes all at once at its COMMIT, a declared chain created or
+// flushed, other chains untouched; a malformed input changes nothing.
+func (f *fakeIPT) Restore(data []byte) error {
+	f.restores++
+	var table string
+	var pending map[string][]string
+	for i, line := range strings.Split(strings.TrimRight(string(data), "\n"), "\n") {
+		switch {
+		case strings.HasPrefix(line, "*"):
+			table, pending = line[1:], map[string][]string{}
+		case line == "COMMIT":
+			for k, rules := range pending {
+				f.chains[k] = rules
+			}
+			pending = nil
+		case strings.HasPrefix(line, ":") && pending != nil:
+			name, _, _ := strings.Cut(line[1:], " ")
+			pending[key(table, name)] = []string{}
+		case strings.HasPrefix(line, "-A ") && pending != nil:
+			args, err := splitRestore(line[3:])
+			if err != nil {
+				return fmt.Errorf("line %d: %w", i+1, err)
+			}
+			k := key(table, args[0])
+			if _, ok := pending[k]; !ok {
+				return fmt.Errorf("line %d: chain %s not declared (the fake supports only whole-chain replacement)", i+1, args[0])
+			}
+			pending[k] = append(pending[k], strings.Join(args[1:], " "))
+		default:
+			return fmt.Errorf("line %d: unexpected %q", i+1, line)
+		}
+	}
+	if pending != nil {
+		return errors.New("input ends without COMMIT")
+	}
+	return nil
+}
+
+// splitRestore splits a rule as iptables-restore does: on spaces outside
+// double quotes, with \" and \\ inside them.
+func splitRestore(s string) ([]string, error) {
+	var out []string
+	var cur strings.Builder
+	inQuote, have := false, false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case inQuote && c == '\\' && i+1 < len(s):
+			i++
+			cur.WriteByte(s[i])
+		case c == '"':
+			inQuote, have = !inQuote, true
+		case c == ' ' && !inQuote:
+			if have {
+				out = append(out, cur.String())
+				cur.Reset()
+				have = false
+			}
+		default:
+			cur.WriteByte(c)
+			have = true
+		}
+	}
+	if inQuote {
+		return nil, errors.New("unterminated quote")
+	}
+	if have {
+		out = append(out, cur.String())
 	}
 	return out, nil
 }

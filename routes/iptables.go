@@ -32,6 +32,10 @@ type iptablesInterface interface {
 	// List returns the chain as `iptables -S` prints it: the -N line
 	// (for user chains), then one -A line per rule.
 	List(table, chain string) ([]string, error)
+	// Restore feeds data to `iptables-restore --noflush` (or
+	// ip6tables-restore): one exec, one commit per table, chains it does
+	// not name left alone.
+	Restore(data []byte) error
 }
 
 // Chain is a rule set vmlane owns, and the jump that reaches it.
@@ -78,12 +82,17 @@ func Chains(o NATOptions) []Chain {
 }
 
 // EnsureChains makes each chain hold exactly its rules, in order, and the
-// jump to it exist. A chain with any rule missing, extra or out of place is
-// rebuilt whole (flushed and refilled), so a half-edited chain never stays.
-// It reports whether it changed anything.
+// jump to it exist. Every chain with any rule missing, extra or out of
+// place is replaced whole, all of them in one iptables-restore, so no
+// packet ever meets a half-filled chain: flushing and appending rule by
+// rule left a moment in which a new connection from a pod could leave
+// un-NATed for good (conntrack keeps its first decision) and forwarded
+// packets could meet FORWARD's policy, as kube-proxy found before it moved
+// to iptables-restore. It reports whether it changed anything.
 func EnsureChains(ipt iptablesInterface, chains []Chain) (bool, error) {
 	changed := false
 	var errs []error
+	var replace []Chain
 	for _, c := range chains {
 		ok, err := chainIntact(ipt, c)
 		if err != nil {
@@ -91,12 +100,18 @@ func EnsureChains(ipt iptablesInterface, chains []Chain) (bool, error) {
 			continue
 		}
 		if !ok {
-			changed = true
-			if err := rebuild(ipt, c); err != nil {
-				errs = append(errs, err)
-				continue
-			}
+			replace = append(replace, c)
 		}
+	}
+	if len(replace) > 0 {
+		changed = true
+		if err := ipt.Restore(RestoreInput(replace)); err != nil {
+			// The jumps below would lead into chains that may not
+			// exist: report and retry the whole at the next reconcile.
+			return changed, errors.Join(append(errs, fmt.Errorf("replacing chains: %w", err))...)
+		}
+	}
+	for _, c := range chains {
 		jump := c.jump()
 		exists, err := ipt.Exists(c.Table, c.From, jump...)
 		if err != nil {
@@ -113,6 +128,49 @@ func EnsureChains(ipt iptablesInterface, chains []Chain) (bool, error) {
 		}
 	}
 	return changed, errors.Join(errs...)
+}
+
+// RestoreInput renders chains as iptables-restore input that, with
+// --noflush, replaces each one whole: a table's chains in one commit, each
+// declared (which creates it, or flushes it) and then filled. Pure: tested
+// by its output.
+func RestoreInput(chains []Chain) []byte {
+	var tables []string
+	byTable := map[string][]Chain{}
+	for _, c := range chains {
+		if _, ok := byTable[c.Table]; !ok {
+			tables = append(tables, c.Table)
+		}
+		byTable[c.Table] = append(byTable[c.Table], c)
+	}
+	var b strings.Builder
+	for _, t := range tables {
+		fmt.Fprintf(&b, "*%s\n", t)
+		for _, c := range byTable[t] {
+			fmt.Fprintf(&b, ":%s - [0:0]\n", c.Name)
+		}
+		for _, c := range byTable[t] {
+			for _, r := range c.Rules {
+				b.WriteString("-A " + c.Name)
+				for _, arg := range r {
+					b.WriteString(" " + restoreQuote(arg))
+				}
+				b.WriteString("\n")
+			}
+		}
+		b.WriteString("COMMIT\n")
+	}
+	return []byte(b.String())
+}
+
+// restoreQuote quotes an argument for iptables-restore, which splits a
+// rule on white space outside double quotes and takes \" and \\ inside
+// them as the characters.
+func restoreQuote(arg string) string {
+	if arg != "" && !strings.ContainsAny(arg, " \t\"'\\") {
+		return arg
+	}
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(arg) + `"`
 }
 
 // jump is the rule in From that reaches the chain.
@@ -145,19 +203,6 @@ func chainIntact(ipt iptablesInterface, c Chain) (bool, error) {
 		}
 	}
 	return true, nil
-}
-
-func rebuild(ipt iptablesInterface, c Chain) error {
-	// ClearChain creates the chain when missing, and flushes it otherwise.
-	if err := ipt.ClearChain(c.Table, c.Name); err != nil {
-		return fmt.Errorf("flushing %s/%s: %w", c.Table, c.Name, err)
-	}
-	for _, r := range c.Rules {
-		if err := ipt.Append(c.Table, c.Name, r...); err != nil {
-			return fmt.Errorf("adding rule to %s/%s: %w", c.Table, c.Name, err)
-		}
-	}
-	return nil
 }
 
 // RemoveChains deletes the jumps and the chains: what `vmlanectl teardown`

@@ -2,6 +2,7 @@ package routes
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -166,4 +167,87 @@ func TestKernelIPTables(t *testing.T) {
 	if s := n.MustRun(t, "iptables-save"); strings.Contains(s, "vmlane") || strings.Contains(s, "VMLANE") {
 		t.Errorf("teardown left rules:\n%s", s)
 	}
+}
+
+// TestKernelChainReplacementIsAtomic: while vmlane replaces its NAT chain
+// again and again (two rule sets in turn, as a podCIDR or --cluster-cidr
+// change would), iptables-save run beside it never shows the chain
+// half-filled: only one set whole or the other.
+func TestKernelChainReplacementIsAtomic(t *testing.T) {
+	n := kernelNode(t)
+	sets := [][]Chain{
+		Chains(NATOptions{PodCIDR: netip.MustParsePrefix("10.244.1.0/24"), Cluster: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}, Masquerade: true}),
+		Chains(NATOptions{PodCIDR: netip.MustParsePrefix("10.244.1.0/24"), Cluster: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/17"), netip.MustParsePrefix("10.244.128.0/17"), netip.MustParsePrefix("10.96.0.0/12")}, Masquerade: true}),
+	}
+	// What iptables-save prints of VMLANE-POSTROUTING for each set.
+	var want [2]string
+	for i, set := range sets {
+		if err := n.Do(func() error {
+			ipt, err := NewIPTables(false)
+			if err != nil {
+				return err
+			}
+			_, err = EnsureChains(ipt, set)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		want[i] = natChainLines(n.MustRun(t, "iptables-save", "-t", "nat"))
+	}
+	if want[0] == want[1] || want[0] == "" {
+		t.Fatalf("the two sets print alike:\n%s", want[0])
+	}
+	stop := make(chan struct{})
+	seen := make(chan []string, 1)
+	go func() {
+		var bad []string
+		for saves := 0; ; saves++ {
+			select {
+			case <-stop:
+				seen <- append(bad, fmt.Sprintf("(%d saves)", saves))
+				return
+			default:
+			}
+			out, err := n.Run("iptables-save", "-t", "nat")
+			if err != nil {
+				continue
+			}
+			if got := natChainLines(out); got != want[0] && got != want[1] {
+				bad = append(bad, got)
+			}
+		}
+	}()
+	err := n.Do(func() error {
+		ipt, err := NewIPTables(false)
+		if err != nil {
+			return err
+		}
+		for i := range 40 {
+			if _, err := EnsureChains(ipt, sets[i%2]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	close(stop)
+	bad := <-seen
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("iptables-save ran %s while the chain was replaced 40 times", bad[len(bad)-1])
+	for _, b := range bad[:len(bad)-1] {
+		t.Errorf("iptables-save saw a partial VMLANE-POSTROUTING:\n%s", b)
+	}
+}
+
+// natChainLines are the -A lines of VMLANE-POSTROUTING in iptables-save
+// output.
+func natChainLines(save string) string {
+	var out []string
+	for _, l := range strings.Split(save, "\n") {
+		if strings.HasPrefix(l, "-A "+ChainNAT+" ") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -212,7 +212,7 @@ func TestChainsAndEnsure(t *testing.T) {
 	if changed, err := EnsureChains(ipt, chains); changed || err != nil {
 		t.Errorf("second EnsureChains = %v, %v; want no change", changed, err)
 	}
-	// A rule deleted by hand: the chain is rebuilt whole, in order.
+	// A rule deleted by hand: the chain is replaced whole, in order.
 	ipt.Delete("nat", ChainNAT, chains[0].Rules[0]...)
 	if changed, _ := EnsureChains(ipt, chains); !changed {
 		t.Error("a missing rule was not restored")
@@ -282,6 +282,53 @@ func TestAggregate(t *testing.T) {
 	} {
 		if diff := cmp.Diff(tc.want, Aggregate(tc.in), cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
 			t.Errorf("Aggregate(%v) (-want +got):\n%s", tc.in, diff)
+		}
+	}
+}
+
+// TestEnsureChainsRestoresInOneExec: whatever is broken, a reconcile
+// replaces the broken chains in one iptables-restore, and an intact set
+// costs none.
+func TestEnsureChainsRestoresInOneExec(t *testing.T) {
+	chains := Chains(NATOptions{PodCIDR: netip.MustParsePrefix("10.244.1.0/24"), Cluster: pfx("10.244.0.0/16"), Masquerade: true})
+	ipt := newFakeIPT()
+	EnsureChains(ipt, chains)
+	ipt.Delete("nat", ChainNAT, chains[0].Rules[1]...)
+	ipt.Append("filter", ChainForward, "-j", "DROP")
+	before := ipt.restores
+	if changed, err := EnsureChains(ipt, chains); !changed || err != nil {
+		t.Fatalf("EnsureChains = %v, %v", changed, err)
+	}
+	if n := ipt.restores - before; n != 1 {
+		t.Errorf("%d iptables-restore execs to repair two chains, want 1", n)
+	}
+	before = ipt.restores
+	EnsureChains(ipt, chains)
+	if n := ipt.restores - before; n != 0 {
+		t.Errorf("%d iptables-restore execs with every chain intact, want 0", n)
+	}
+}
+
+func TestRestoreInput(t *testing.T) {
+	chains := Chains(NATOptions{PodCIDR: netip.MustParsePrefix("10.244.1.0/24"), Cluster: pfx("10.244.0.0/16"), Masquerade: true})
+	want := `*nat
+:VMLANE-POSTROUTING - [0:0]
+-A VMLANE-POSTROUTING -s 10.244.1.0/24 -d 10.244.0.0/16 -m comment --comment "vmlane: pod to pod network 10.244.0.0/16, no NAT" -j RETURN
+-A VMLANE-POSTROUTING -s 10.244.1.0/24 -m comment --comment "vmlane: pod to outside, masquerade" -j MASQUERADE
+COMMIT
+*filter
+:VMLANE-FORWARD - [0:0]
+-A VMLANE-FORWARD -s 10.244.1.0/24 -m comment --comment "vmlane: forward from pods" -j ACCEPT
+-A VMLANE-FORWARD -d 10.244.1.0/24 -m comment --comment "vmlane: forward to pods" -j ACCEPT
+COMMIT
+`
+	if diff := cmp.Diff(want, string(RestoreInput(chains))); diff != "" {
+		t.Errorf("restore input (-want +got):\n%s", diff)
+	}
+	for _, arg := range []string{"plain", "two words", `a "quoted" word`, `back\slash`, "", "tab\there"} {
+		got, err := splitRestore("X " + restoreQuote(arg) + " Y")
+		if err != nil || len(got) != 3 || got[1] != arg {
+			t.Errorf("restoreQuote(%q) splits back as %q, %v", arg, got, err)
 		}
 	}
 }
