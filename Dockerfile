@@ -10,7 +10,7 @@
 #     --build-arg VERSION=v0.1.0 -t ghcr.io/vmlane/vmlane:v0.1.0 --push .
 #
 # BuildKit (the default builder since Docker 23) is needed for the cache
-# mounts and the inline entrypoint below.
+# mounts and COPY --chmod below.
 
 # Go of go.mod's `go` line or newer.
 ARG GO_VERSION=1.26
@@ -39,23 +39,16 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 # netlink.
 FROM debian:12-slim
 # The package list is manifests/image/packages, which `make image` (no
-# Docker) installs with debootstrap: one list for both builds.
+# Docker) installs with debootstrap: one list for both builds. Its
+# comment lines are not packages.
 COPY manifests/image/packages /tmp/packages
 RUN apt-get update \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(grep -v '^#' /tmp/packages) \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(sed 's/#.*//' /tmp/packages) \
     && rm -rf /var/lib/apt/lists/* /tmp/packages
 
 # The entrypoint points iptables and ip6tables at the backend whose rules
-# the node already has, then execs its arguments
-# (manifests/image/entrypoint.sh, which `make image` packs too). The two backends are
-# separate rule sets in the kernel, and a rule added with one runs after
-# every rule of the other whatever its position, so vmlane's rules must go
-# where the kubelet's and kube-proxy's are. The detection is the one of
-# kubernetes-sigs/iptables-wrappers (used by kube-proxy's image): since
-# Kubernetes 1.17 the kubelet makes KUBE-IPTABLES-HINT or
-# KUBE-KUBELET-CANARY in the mangle table of the backend the node uses;
-# nft if neither backend has one. VMLANE_IPTABLES_MODE=nft or legacy skips
-# the detection.
+# the node already has, then execs its arguments; the script says why and
+# how. `make image` packs the same file.
 COPY --chmod=0755 manifests/image/entrypoint.sh /usr/local/bin/vmlane-entrypoint
 
 COPY --from=build /out/ /usr/local/bin/

@@ -57,7 +57,7 @@ image: deps build
 	@bash internal/imagebuild/build.sh $(CACHE)/images $(BIN)
 
 ## test: everything CI runs: lint, unit + privileged tests, e2e, fuzz, darwin build
-test: deps guest controlplane build lint unit e2e fuzz darwin
+test: deps guest controlplane realnode image cni-reference build lint unit e2e fuzz darwin
 	@echo "make test: all passed"
 
 # The environment every privileged test and the demo find their inputs by.
@@ -87,6 +87,9 @@ e2e: deps guest controlplane realnode image cni-reference build
 
 ## e2e-real: the real-node suite alone (containerd, kubelet, the DaemonSet, pods made with kubectl)
 e2e-real: deps guest controlplane realnode image cni-reference build
+	@# The images the nodes import, checked whole (the unit run, under
+	@# -race, reads only the small ones).
+	VMLANE_IMAGE_DIR=$(CACHE)/images $(GO) test -count=1 -run '^TestBuiltImages$$' ./internal/imagebuild
 	@start=$$(date +%s); \
 	$(TEST_ENV) $(GO) test -tags e2e -count=1 -timeout 30m -v ./e2e/realnode/ 2>&1 | tee /tmp/vmlane-e2e-real.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|e2e-realnode:|•|    )' ; \
 	rc=$${PIPESTATUS[0]}; echo "e2e-real: $$(( $$(date +%s) - start ))s in all (log: /tmp/vmlane-e2e-real.log)"; exit $$rc

@@ -1,4 +1,16 @@
 #!/bin/sh
+# vmlane-entrypoint COMMAND [ARG]...: the vmlane image's entrypoint (the
+# Dockerfile and `make image` both install it as
+# /usr/local/bin/vmlane-entrypoint). It points iptables and ip6tables at
+# the backend whose rules the node already has, then execs its arguments.
+# The two backends are separate rule sets in the kernel, and a rule added
+# with one runs after every rule of the other whatever its position, so
+# vmlane's rules must go where the kubelet's and kube-proxy's are. The
+# detection is the one of kubernetes-sigs/iptables-wrappers (used by
+# kube-proxy's image): since Kubernetes 1.17 the kubelet makes
+# KUBE-IPTABLES-HINT or KUBE-KUBELET-CANARY in the mangle table of the
+# backend the node uses; nft if neither backend has one.
+# VMLANE_IPTABLES_MODE=nft or legacy skips the detection.
 set -eu
 # An image without the iptables package would otherwise fail below with
 # update-alternatives' own words, or later in vmlaned.
