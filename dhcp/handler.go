@@ -165,7 +165,10 @@ func (h *Handler) discover(req *dhcpv4.DHCPv4) (*dhcpv4.DHCPv4, error) {
 		return nil, err
 	}
 	if !ok {
-		if l.State == leases.StateDeclined && h.cfg.DynamicRange == nil {
+		// A quarantined CNI reservation is still the VM's address: a
+		// dynamic one besides it would give the MAC two leases once the
+		// quarantine ends (the store refuses it too).
+		if l.State == leases.StateDeclined && (h.cfg.DynamicRange == nil || l.Source == leases.SourceCNI) {
 			return h.dropped(DropDeclined, req, "the MAC's reserved address "+l.IP.String()+" is quarantined after a DECLINE until "+l.Expires.Format(time.RFC3339))
 		}
 		if h.cfg.DynamicRange == nil {
@@ -208,7 +211,9 @@ func (h *Handler) request(req *dhcpv4.DHCPv4) (*dhcpv4.DHCPv4, error) {
 			// and REQUEST: take the address again if it is still free.
 			l, err = h.alloc.Allocate(mac, requested, *h.cfg.DynamicRange, h.now().Add(OfferHold))
 			ok = err == nil
-			if err != nil && !errors.Is(err, leases.ErrExhausted) {
+			// Exhausted, or the MAC has a lease already (a quarantined
+			// reservation): NAK, as for any address not to be had.
+			if err != nil && !errors.Is(err, leases.ErrExhausted) && !errors.Is(err, leases.ErrInUse) {
 				return nil, err
 			}
 		}

@@ -1,6 +1,7 @@
 package dhcp
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"path/filepath"
@@ -123,6 +124,46 @@ func TestDeclinedReservationSaysWhy(t *testing.T) {
 				t.Errorf("drop reasons %v, want the last to be %q", d.drop, DropDeclined)
 			}
 		})
+	}
+}
+
+// TestOneLeasePerMAC: a VM whose CNI reservation it DECLINEd gets no
+// dynamic address meanwhile, with a dynamic range or without: when the
+// quarantine ended its reservation came back too, and the MAC had two
+// leases that the lookup, the store and Read disagreed on.
+func TestOneLeasePerMAC(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "leases.json")
+	now := t0
+	st, err := leases.Open(path, netip.MustParsePrefix("10.98.0.0/24"), serverIP, leases.WithClock(func() time.Time { return now }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Reserve(leases.ReserveRequest{Key: leases.Key{ContainerID: "c1", IfName: "eth0"}, MAC: cniMAC.String(), IP: cniIP}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.DynamicRange = &leases.Pool{First: netip.MustParseAddr("10.98.0.200"), Last: netip.MustParseAddr("10.98.0.210")}
+	h, d := newTestHandler(t, cfg, NewStoreAllocator(st))
+	handle(t, h, decline(t, cniMAC, cniIP))
+	if reply := handle(t, h, discover(t, cniMAC)); reply != nil {
+		t.Errorf("OFFER %s to a MAC whose reservation is quarantined", reply.YourIPAddr)
+	}
+	if len(d.drop) == 0 || d.drop[len(d.drop)-1] != DropDeclined {
+		t.Errorf("drop reasons %v, want the last to be %q", d.drop, DropDeclined)
+	}
+	// The store refuses the lease whoever asks.
+	if _, err := st.Reserve(leases.ReserveRequest{Source: leases.SourceDHCP, MAC: cniMAC.String(), Pool: *cfg.DynamicRange}); !errors.Is(err, leases.ErrInUse) {
+		t.Errorf("a dynamic lease for the MAC of a quarantined reservation: %v, want ErrInUse", err)
+	}
+	snap, _ := leases.Read(path)
+	n := 0
+	for _, l := range snap.Leases() {
+		if l.MAC == cniMAC.String() {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d leases carry %s, want 1:\n%+v", n, cniMAC, snap.Leases())
 	}
 }
 

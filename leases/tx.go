@@ -161,9 +161,14 @@ func (tx *Tx) Reserve(req ReserveRequest) (Lease, error) {
 		mac = m
 	}
 	if mac != "" {
+		// One lease per MAC. A declined CNI reservation counts: it is
+		// the VM's address, and it turns reserved again when its
+		// quarantine ends, so a second lease now would leave the MAC
+		// with two. A declined dynamic lease does not: it only keeps
+		// the address out of use, and its client gets another.
 		for _, l := range f.Leases {
-			if l.MAC == mac && l.State != StateDeclined {
-				return Lease{}, fmt.Errorf("MAC %s: %w by %s (ip %s)", mac, ErrInUse, describe(l), l.IP)
+			if l.MAC == mac && (l.State != StateDeclined || l.Source == SourceCNI) {
+				return Lease{}, fmt.Errorf("MAC %s: %w by %s (ip %s, %s)", mac, ErrInUse, describe(l), l.IP, l.State)
 			}
 		}
 	}
