@@ -104,8 +104,8 @@ func (a StoreAllocator) Defer(ctx context.Context, log *slog.Logger) StoreAlloca
 		return a
 	}
 	a.late = newLateBinds(a.binds, LateBindDelay, log.With("component", "dhcp"))
-	path, cache := a.Store.Path(), a.cache
-	a.late.after = func() { cache.prefetch(path) }
+	cache := a.cache
+	a.late.after = func() { cache.prefetch() }
 	go func() {
 		<-ctx.Done()
 		a.late.wait()
@@ -126,7 +126,7 @@ func (a StoreAllocator) Flush() {
 // it. ok is false when the bind must be written first (a dynamic lease,
 // another MAC's address, a quarantined one).
 func (a StoreAllocator) bindLater(mac string, ip netip.Addr, expires time.Time, hostname string) (leases.Lease, bool) {
-	l, ok, err := a.cache.lookupFresh(a.Store.Path(), mac)
+	l, ok, err := a.cache.lookupFresh(mac)
 	if err != nil || !ok || l.Source != leases.SourceCNI || l.IP != ip {
 		return leases.Lease{}, false
 	}

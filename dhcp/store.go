@@ -6,10 +6,8 @@ import (
 	"io/fs"
 	"net"
 	"net/netip"
-	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/vmlane/vmlane/leases"
@@ -42,7 +40,7 @@ var _ Allocator = StoreAllocator{}
 // Call [StoreAllocator.Watch] to learn of changes by inotify instead of a
 // stat per lookup.
 func NewStoreAllocator(s *leases.Store) StoreAllocator {
-	return StoreAllocator{Store: s, cache: &lookupCache{read: s.Snapshot}, binds: &groupCommit{store: s}}
+	return StoreAllocator{Store: s, cache: &lookupCache{read: s.Snapshot, version: s.Version}, binds: &groupCommit{store: s}}
 }
 
 // Watch keeps the lookup cache fresh by change notification on the lease
@@ -87,7 +85,7 @@ func (a StoreAllocator) Watch(ctx context.Context) error {
 // live lease but a quarantined one, it returns that, ok false.
 func (a StoreAllocator) Lookup(mac net.HardwareAddr) (l leases.Lease, ok bool, err error) {
 	if a.cache != nil {
-		return a.cache.lookup(a.Store.Path(), mac.String())
+		return a.cache.lookup(mac.String())
 	}
 	err = a.Store.View(func(tx *leases.Tx) error {
 		if l, ok = tx.ByMAC(mac.String()); ok {
@@ -113,55 +111,56 @@ func quarantined(ls []leases.Lease, mac string) leases.Lease {
 	return leases.Lease{}
 }
 
-// lookupCache is the last parse of the lease file, keyed by the file's
-// identity. Readers never lock the lease file (the rename makes every read
-// see a whole file), and a stale answer is harmless: every change a reply
-// depends on is made again under the lock (Allocate, Bind), which checks.
+// lookupCache is the last parse of the lease file, indexed by MAC, and the
+// version of the content it was made from ([leases.Store.Version]).
+// Readers never lock the lease file (the rename makes every read see a
+// whole file). The version is the content's, never the file's identity:
+// after a CNI DEL and ADD the file often has the inode, size and mtime of
+// the one before with other leases in it, and a cache keyed on those
+// ACKed a REQUEST for an address that had gone to another pod.
 type lookupCache struct {
 	// read reads the file: leases.Store.Snapshot, which skips the parse
 	// when the file is the one the store last wrote (the server's own
 	// previous bind, the common case), so the cache costs a decode only
 	// when another process wrote.
 	read func() (*leases.Snapshot, error)
+	// version is leases.Store.Version: a read and a compare.
+	version func() (uint64, error)
 
 	// watched: a watcher sets dirty on every change, so a clean cache
-	// younger than maxTrust needs no stat.
+	// younger than maxTrust needs no look at the file.
 	watched, dirty atomic.Bool
 
-	mu sync.Mutex
-	id fileID // guarded by mu
+	mu  sync.Mutex
+	ver uint64 // guarded by mu
 	// byMAC holds each MAC's live lease or, when it has none, its
 	// declined one. Guarded by mu.
 	byMAC   map[string]leases.Lease
 	valid   bool      // guarded by mu
-	checked time.Time // last stat; guarded by mu
+	checked time.Time // last look at the file; guarded by mu
 }
 
-// maxTrust is how long a watched cache is believed without a stat.
+// maxTrust is how long a watched cache is believed without a look at the
+// file.
 const maxTrust = time.Second
 
-type fileID struct {
-	ino, size int64
-	mtime     time.Time
-}
-
 // lookupFresh is lookup without trusting the watch: the file is checked
-// (a stat, and a read only if it changed).
-func (c *lookupCache) lookupFresh(path, mac string) (leases.Lease, bool, error) {
+// (a read and a compare, and a parse only if it changed).
+func (c *lookupCache) lookupFresh(mac string) (leases.Lease, bool, error) {
 	m, err := leases.NormalizeMAC(mac)
 	if err != nil {
 		return leases.Lease{}, false, nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.refreshLocked(path); err != nil {
+	if err := c.refreshLocked(); err != nil {
 		return leases.Lease{}, false, err
 	}
 	l := c.byMAC[m]
 	return l, l.MAC != "" && l.State != leases.StateDeclined, nil
 }
 
-func (c *lookupCache) lookup(path, mac string) (leases.Lease, bool, error) {
+func (c *lookupCache) lookup(mac string) (leases.Lease, bool, error) {
 	m, err := leases.NormalizeMAC(mac)
 	if err != nil {
 		return leases.Lease{}, false, nil
@@ -173,25 +172,32 @@ func (c *lookupCache) lookup(path, mac string) (leases.Lease, bool, error) {
 			return l, true, nil
 		}
 	}
-	if err := c.refreshLocked(path); err != nil {
+	if err := c.refreshLocked(); err != nil {
 		return leases.Lease{}, false, err
 	}
 	l := c.byMAC[m]
 	return l, l.MAC != "" && l.State != leases.StateDeclined, nil
 }
 
-// refreshLocked re-reads the file when its identity changed. The dirty
-// flag is cleared before the stat, so a change that lands during the read
-// marks the cache dirty again. c.mu must be held.
-func (c *lookupCache) refreshLocked(path string) error {
+// refreshLocked re-indexes the file when its content changed. The dirty
+// flag is cleared before the read, so a change that lands during it marks
+// the cache dirty again. The version is taken before the snapshot: a write
+// in between leaves the cache under an older version than its content,
+// which costs one more read later, never a stale answer. c.mu must be
+// held.
+func (c *lookupCache) refreshLocked() error {
 	c.dirty.Store(false)
 	c.checked = time.Now()
-	id, exists, err := statID(path)
-	if err != nil || !exists {
+	v, err := c.version()
+	if errors.Is(err, fs.ErrNotExist) {
+		c.byMAC, c.valid = nil, false
+		return nil
+	}
+	if err != nil {
 		c.byMAC, c.valid = nil, false
 		return err
 	}
-	if c.valid && id == c.id {
+	if c.valid && v == c.ver {
 		return nil
 	}
 	byMAC, err := c.load()
@@ -199,25 +205,24 @@ func (c *lookupCache) refreshLocked(path string) error {
 		c.byMAC, c.valid = nil, false
 		return err
 	}
-	c.byMAC, c.id, c.valid = byMAC, id, true
+	c.byMAC, c.ver, c.valid = byMAC, v, true
 	return nil
 }
 
 // prefetch brings the cache up to date with the file off the request
 // path: the server calls it right after writing the file itself, so the
 // next lookup finds the cache current instead of re-reading. The file is
-// read without c.mu held, so lookups go on meanwhile. Its identity is taken
-// before the read: a write landing in between leaves the cache under the
-// older identity, and the next lookup reads again. A refresh by a lookup
-// in the meantime wins.
-func (c *lookupCache) prefetch(path string) {
-	id, exists, err := statID(path)
-	if err != nil || !exists {
+// read without c.mu held, so lookups go on meanwhile; its version is
+// taken first, as in refreshLocked. A refresh by a lookup in the meantime
+// wins.
+func (c *lookupCache) prefetch() {
+	v, err := c.version()
+	if err != nil {
 		return
 	}
 	c.mu.Lock()
-	current := c.valid && id == c.id
-	seenID, seenValid := c.id, c.valid
+	current := c.valid && v == c.ver
+	seenVer, seenValid := c.ver, c.valid
 	c.mu.Unlock()
 	if current {
 		return
@@ -230,27 +235,10 @@ func (c *lookupCache) prefetch(path string) {
 	defer c.mu.Unlock()
 	// A lookup that refreshed meanwhile has as new a view or newer; do not
 	// put an older one back, which a watched cache would then trust.
-	if c.id != seenID || c.valid != seenValid {
+	if c.ver != seenVer || c.valid != seenValid {
 		return
 	}
-	c.byMAC, c.id, c.valid, c.checked = byMAC, id, true, time.Now()
-}
-
-// statID returns the identity of the file at path; exists is false when
-// there is no file.
-func statID(path string) (id fileID, exists bool, err error) {
-	fi, err := os.Stat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return fileID{}, false, nil
-	}
-	if err != nil {
-		return fileID{}, false, err
-	}
-	id = fileID{size: fi.Size(), mtime: fi.ModTime()}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		id.ino = int64(st.Ino)
-	}
-	return id, true, nil
+	c.byMAC, c.ver, c.valid, c.checked = byMAC, v, true, time.Now()
 }
 
 // load reads the file and indexes it by MAC: each MAC's live lease or,

@@ -1,9 +1,11 @@
 package dhcp
 
 import (
+	"bytes"
 	"errors"
 	"net"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -207,4 +209,48 @@ func TestLookupCacheFollowsTheFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("released", false)
+}
+
+// TestLookupCacheIsKeyedOnContent: a lease file rewritten in place with
+// the same size and mtime (and so the same inode) but another owner for an
+// address is seen as changed. Keyed on the file's identity, the cache kept
+// answering for the old owner: after a CNI DEL and ADD a REQUEST from the
+// old MAC was ACKed for an address that now belonged to another pod.
+func TestLookupCacheIsKeyedOnContent(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "leases.json")
+	st, err := leases.Open(path, netip.MustParsePrefix("10.98.0.0/24"), serverIP, leases.WithClock(func() time.Time { return t0 }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const oldMAC, newMAC = "02:00:00:00:00:0a", "02:00:00:00:00:0b"
+	if _, err := st.Reserve(leases.ReserveRequest{Key: leases.Key{ContainerID: "c1", IfName: "eth0"}, MAC: oldMAC, IP: cniIP}); err != nil {
+		t.Fatal(err)
+	}
+	a := NewStoreAllocator(st)
+	old, _ := net.ParseMAC(oldMAC)
+	if l, ok, err := a.Lookup(old); !ok || err != nil || l.IP != cniIP {
+		t.Fatalf("Lookup(old MAC) = %+v, %v, %v", l, ok, err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := os.ReadFile(path)
+	swapped := bytes.ReplaceAll(bytes.ReplaceAll(data, []byte(oldMAC), []byte(newMAC)), []byte(`"c1"`), []byte(`"c2"`))
+	if len(swapped) != len(data) || bytes.Equal(swapped, data) {
+		t.Fatal("setup: the rewrite must keep the size and change the content")
+	}
+	if err := os.WriteFile(path, swapped, 0o644); err != nil { // in place: same inode
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if l, ok, _ := a.Lookup(old); ok {
+		t.Errorf("Lookup(old MAC) after the address went to %s = %+v: a stale answer", newMAC, l)
+	}
+	nw, _ := net.ParseMAC(newMAC)
+	if l, ok, _ := a.Lookup(nw); !ok || l.IP != cniIP {
+		t.Errorf("Lookup(new MAC) = %+v, %v; want %s", l, ok, cniIP)
+	}
 }

@@ -44,6 +44,9 @@ type parseCache struct {
 	spare []byte
 	// decodes counts full decodes, for tests. Guarded by mu.
 	decodes int
+	// gen changes whenever data does: equal gens, equal bytes. Guarded
+	// by mu.
+	gen uint64
 }
 
 // read reads the file at path. When its content is the cached one it
@@ -81,6 +84,7 @@ func (c *parseCache) decode(data []byte) (*File, error) {
 		return nil, err
 	}
 	c.data, c.f = data, f
+	c.gen++
 	return f.clone(), nil
 }
 
@@ -97,6 +101,7 @@ func (c *parseCache) wrote(data []byte, f *File) {
 	ok := f.roundTrips()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.gen++
 	if !ok {
 		c.data, c.f = nil, nil
 		return
@@ -109,6 +114,25 @@ func (c *parseCache) clear() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.data, c.f = nil, nil
+	c.gen++
+}
+
+// version reads the file at path and returns the gen of its content,
+// decoding (and caching) it only when the bytes differ from the cached
+// ones.
+func (c *parseCache) version(path string) (uint64, error) {
+	data, f, err := c.read(path)
+	if err != nil {
+		return 0, err
+	}
+	if f == nil {
+		if _, err := c.decode(data); err != nil {
+			return 0, err
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen, nil
 }
 
 // clone returns a copy of f whose Leases a Tx may change (the elements hold

@@ -247,6 +247,22 @@ func (s *Store) Snapshot() (*Snapshot, error) {
 	return NewSnapshot(*f), nil
 }
 
+// Version returns a number that is the same for two calls exactly when
+// the file's bytes were the same (as far as this Store has seen: each
+// change it reads or writes gets a new one). A reader that indexes a
+// Snapshot keeps its index while the number stays, at the cost of a read
+// and a compare, never trusting the file's identity: a rewritten file
+// often has the inode, size and mtime of the one before (see parseCache).
+// A file that does not exist is an error (fs.ErrNotExist); a file this
+// Store cannot decode is one too.
+func (s *Store) Version() (uint64, error) {
+	v, err := s.cache.version(s.path)
+	if err != nil {
+		return 0, fmt.Errorf("lease file %s: %w", s.path, err)
+	}
+	return v, nil
+}
+
 // removeStaleTempsLocked deletes temp files that writers killed mid-write
 // left behind. Under the lock no other writer is writing, so every temp file
 // of ours is stale. It runs on Open and after a failed write (a full disk
