@@ -37,8 +37,8 @@ var _ Allocator = StoreAllocator{}
 // parse it again only when another process changed it (after the server's
 // own writes, [leases.Store.Snapshot] reuses what the store wrote), and
 // whose binds (every ACK) share transactions when they arrive together.
-// Call [StoreAllocator.Watch] to learn of changes by inotify instead of a
-// stat per lookup.
+// Call [StoreAllocator.Watch] to learn of changes by inotify instead of
+// reading the file (and comparing it with the last one) on every lookup.
 func NewStoreAllocator(s *leases.Store) StoreAllocator {
 	return StoreAllocator{Store: s, cache: &lookupCache{read: s.Snapshot, version: s.Version}, binds: &groupCommit{store: s}}
 }
