@@ -14,19 +14,28 @@ import (
 // whoamiScript makes a busybox container serve /cgi-bin/whoami on port 80,
 // as the test guests do: the body is the client's address as the server
 // saw it, the suite's proof of what NAT did or did not do.
+// /cgi-bin/whoserves answers the same and, after a space, the serving
+// pod's name: which backend a Service picked.
 const whoamiScript = `mkdir -p /www/cgi-bin
-cat >/www/cgi-bin/whoami <<'EOF'
+cat >/www/cgi-bin/whoami <<'END'
 #!/bin/sh
 a=${REMOTE_ADDR#[}
 a=${a%]}
 printf 'Content-Type: text/plain\r\n\r\n%s\n' "${a#::ffff:}"
-EOF
-chmod +x /www/cgi-bin/whoami
+END
+cat >/www/cgi-bin/whoserves <<'END'
+#!/bin/sh
+a=${REMOTE_ADDR#[}
+a=${a%]}
+printf 'Content-Type: text/plain\r\n\r\n%s %s\n' "${a#::ffff:}" "$(hostname)"
+END
+chmod +x /www/cgi-bin/whoami /www/cgi-bin/whoserves
 exec httpd -f -p 80 -h /www`
 
-// Workloads are what the real-node suite and the demo apply: the RuntimeClass of VM pods, whose handler containerd maps to
-// the VM conflist's folder; two plain pods a node (Deployment web, spread
-// by hostname); a ClusterIP Service in front of them.
+// Workloads are what the real-node suite and the demo apply: the
+// RuntimeClass of VM pods, whose handler containerd maps to the VM
+// conflist's folder; two plain pods a node (Deployment web, spread by
+// hostname); a ClusterIP Service in front of them.
 var Workloads = `apiVersion: node.k8s.io/v1
 kind: RuntimeClass
 metadata:

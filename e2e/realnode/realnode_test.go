@@ -120,19 +120,33 @@ func TestPlainPodsAcrossNodes(t *testing.T) {
 }
 
 // TestClusterIPService: a pod reaches the web Service's ClusterIP (kube-
-// proxy's iptables DNAT to pods on every node), and the backend sees the
-// pod's own address.
+// proxy's iptables DNAT), served by pods on other nodes as well as its own,
+// and every backend sees the pod's own address.
 func TestClusterIPService(t *testing.T) {
 	svc, err := c.Client.CoreV1().Services("default").Get(context.Background(), "web", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := web["node-a"][0]
-	for i := range 6 {
-		seen, err := c.WhoAmIFrom(src, svc.Spec.ClusterIP)
-		if err != nil || seen != src.IP.String() {
-			t.Errorf("request %d to Service web (%s) from %s: seen as %q (%v), want %s", i, svc.Spec.ClusterIP, src.Name, seen, err, src.IP)
+	nodeOf := map[string]string{}
+	for node, ps := range web {
+		for _, p := range ps {
+			nodeOf[p.Name] = node
 		}
+	}
+	src := web["node-a"][0]
+	remote := 0
+	for i := 0; i < 30 && remote < 2; i++ {
+		out, err := c.Exec(src, "timeout", "10", "wget", "-q", "-O", "-", "http://"+svc.Spec.ClusterIP+"/cgi-bin/whoserves")
+		seen, backend, _ := strings.Cut(strings.TrimSpace(out), " ")
+		if err != nil || seen != src.IP.String() {
+			t.Fatalf("request %d to Service web (%s) from %s: seen as %q by %q (%v), want %s", i, svc.Spec.ClusterIP, src.Name, seen, backend, err, src.IP)
+		}
+		if n := nodeOf[backend]; n != "" && n != "node-a" {
+			remote++
+		}
+	}
+	if remote < 2 {
+		t.Errorf("30 requests to Service web from node-a: %d served by pods on other nodes, want 2 or more", remote)
 	}
 }
 
