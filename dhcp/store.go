@@ -6,8 +6,10 @@ import (
 	"io/fs"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/vmlane/vmlane/leases"
@@ -40,7 +42,7 @@ var _ Allocator = StoreAllocator{}
 // Call [StoreAllocator.Watch] to learn of changes by inotify instead of
 // reading the file (and comparing it with the last one) on every lookup.
 func NewStoreAllocator(s *leases.Store) StoreAllocator {
-	return StoreAllocator{Store: s, cache: &lookupCache{read: s.Snapshot, version: s.Version}, binds: &groupCommit{store: s}}
+	return StoreAllocator{Store: s, cache: &lookupCache{read: s.Snapshot, version: s.Version, path: s.Path()}, binds: &groupCommit{store: s}}
 }
 
 // Watch keeps the lookup cache fresh by change notification on the lease
@@ -111,13 +113,22 @@ func quarantined(ls []leases.Lease, mac string) leases.Lease {
 	return leases.Lease{}
 }
 
-// lookupCache is the last parse of the lease file, indexed by MAC, and the
-// version of the content it was made from ([leases.Store.Version]).
-// Readers never lock the lease file (the rename makes every read see a
-// whole file). The version is the content's, never the file's identity:
-// after a CNI DEL and ADD the file often has the inode, size and mtime of
-// the one before with other leases in it, and a cache keyed on those
-// ACKed a REQUEST for an address that had gone to another pod.
+// lookupCache is the last parse of the lease file, indexed by MAC. Readers
+// never lock the lease file (the rename makes every read see a whole
+// file).
+//
+// Whether the file changed is told two ways. The cheap one is the file's
+// identity (inode, size, mtime): a changed identity is a changed file. The
+// converse does not hold: after a CNI DEL and ADD a rewritten file often
+// has the inode of the one before (ext4 hands a freed inode out again at
+// once), the same size and, within one tick of the file system's clock,
+// the same mtime. An answer from such a stale view is harmless where every
+// decision that depends on it is made again under the lease file's lock
+// (an OFFER, a NAK, a bind written before its ACK). It is not harmless for
+// an ACK sent before its bind is written (a CNI reservation's, see
+// bindLater): trusting the identity there ACKed a REQUEST for an address
+// that had gone to another pod. So lookupFresh, which that ACK waits for,
+// decides by content ([leases.Store.Version]: a read and a compare).
 type lookupCache struct {
 	// read reads the file: leases.Store.Snapshot, which skips the parse
 	// when the file is the one the store last wrote (the server's own
@@ -126,13 +137,17 @@ type lookupCache struct {
 	read func() (*leases.Snapshot, error)
 	// version is leases.Store.Version: a read and a compare.
 	version func() (uint64, error)
+	path    string
 
 	// watched: a watcher sets dirty on every change, so a clean cache
 	// younger than maxTrust needs no look at the file.
 	watched, dirty atomic.Bool
 
-	mu  sync.Mutex
-	ver uint64 // guarded by mu
+	mu sync.Mutex
+	// id and ver are the identity and version of the file byMAC was
+	// made from. Guarded by mu.
+	id  fileID
+	ver uint64
 	// byMAC holds each MAC's live lease or, when it has none, its
 	// declined one. Guarded by mu.
 	byMAC   map[string]leases.Lease
@@ -140,12 +155,35 @@ type lookupCache struct {
 	checked time.Time // last look at the file; guarded by mu
 }
 
+type fileID struct {
+	ino, size int64
+	mtime     time.Time
+}
+
+// statID returns the identity of the file at path; exists is false when
+// there is no file.
+func statID(path string) (id fileID, exists bool, err error) {
+	fi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fileID{}, false, nil
+	}
+	if err != nil {
+		return fileID{}, false, err
+	}
+	id = fileID{size: fi.Size(), mtime: fi.ModTime()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		id.ino = int64(st.Ino)
+	}
+	return id, true, nil
+}
+
 // maxTrust is how long a watched cache is believed without a look at the
 // file.
 const maxTrust = time.Second
 
-// lookupFresh is lookup without trusting the watch: the file is checked
-// (a read and a compare, and a parse only if it changed).
+// lookupFresh is lookup without trusting the watch or the file's
+// identity: the content is checked (a read and a compare, and a parse only
+// if it changed). An ACK sent before its bind is written depends on it.
 func (c *lookupCache) lookupFresh(mac string) (leases.Lease, bool, error) {
 	m, err := leases.NormalizeMAC(mac)
 	if err != nil {
@@ -153,7 +191,7 @@ func (c *lookupCache) lookupFresh(mac string) (leases.Lease, bool, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.refreshLocked(); err != nil {
+	if err := c.refreshLocked(true); err != nil {
 		return leases.Lease{}, false, err
 	}
 	l := c.byMAC[m]
@@ -172,22 +210,32 @@ func (c *lookupCache) lookup(mac string) (leases.Lease, bool, error) {
 			return l, true, nil
 		}
 	}
-	if err := c.refreshLocked(); err != nil {
+	if err := c.refreshLocked(false); err != nil {
 		return leases.Lease{}, false, err
 	}
 	l := c.byMAC[m]
 	return l, l.MAC != "" && l.State != leases.StateDeclined, nil
 }
 
-// refreshLocked re-indexes the file when its content changed. The dirty
-// flag is cleared before the read, so a change that lands during it marks
-// the cache dirty again. The version is taken before the snapshot: a write
-// in between leaves the cache under an older version than its content,
-// which costs one more read later, never a stale answer. c.mu must be
-// held.
-func (c *lookupCache) refreshLocked() error {
+// refreshLocked re-indexes the file when it changed; strict, it does not
+// take an unchanged identity for an unchanged file. The dirty flag is
+// cleared before the look, so a change that lands during it marks the
+// cache dirty again. Identity and version are taken before the snapshot:
+// a write in between leaves the cache under an older identity or version
+// than its content, which costs one more read later, never a stale answer.
+// c.mu must be held.
+func (c *lookupCache) refreshLocked(strict bool) error {
 	c.dirty.Store(false)
-	c.checked = time.Now()
+	now := time.Now()
+	c.checked = now
+	id, exists, err := statID(c.path)
+	if err != nil || !exists {
+		c.byMAC, c.valid = nil, false
+		return err
+	}
+	if !strict && c.valid && id == c.id {
+		return nil
+	}
 	v, err := c.version()
 	if errors.Is(err, fs.ErrNotExist) {
 		c.byMAC, c.valid = nil, false
@@ -198,6 +246,7 @@ func (c *lookupCache) refreshLocked() error {
 		return err
 	}
 	if c.valid && v == c.ver {
+		c.id = id
 		return nil
 	}
 	byMAC, err := c.load()
@@ -205,17 +254,22 @@ func (c *lookupCache) refreshLocked() error {
 		c.byMAC, c.valid = nil, false
 		return err
 	}
-	c.byMAC, c.ver, c.valid = byMAC, v, true
+	c.byMAC, c.id, c.ver, c.valid = byMAC, id, v, true
 	return nil
 }
 
 // prefetch brings the cache up to date with the file off the request
 // path: the server calls it right after writing the file itself, so the
 // next lookup finds the cache current instead of re-reading. The file is
-// read without c.mu held, so lookups go on meanwhile; its version is
-// taken first, as in refreshLocked. A refresh by a lookup in the meantime
-// wins.
+// read without c.mu held, so lookups go on meanwhile; identity and version
+// are taken first, as in refreshLocked. A refresh by a lookup in the
+// meantime wins.
 func (c *lookupCache) prefetch() {
+	now := time.Now()
+	id, exists, err := statID(c.path)
+	if err != nil || !exists {
+		return
+	}
 	v, err := c.version()
 	if err != nil {
 		return
@@ -238,7 +292,7 @@ func (c *lookupCache) prefetch() {
 	if c.ver != seenVer || c.valid != seenValid {
 		return
 	}
-	c.byMAC, c.ver, c.valid, c.checked = byMAC, v, true, time.Now()
+	c.byMAC, c.id, c.ver, c.valid, c.checked = byMAC, id, v, true, now
 }
 
 // load reads the file and indexes it by MAC: each MAC's live lease or,

@@ -3,6 +3,8 @@ package dhcp
 import (
 	"bytes"
 	"errors"
+	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -211,14 +213,15 @@ func TestLookupCacheFollowsTheFile(t *testing.T) {
 	check("released", false)
 }
 
-// TestLookupCacheIsKeyedOnContent: a lease file rewritten in place with
-// the same size and mtime (and so the same inode) but another owner for an
-// address is seen as changed. Keyed on the file's identity, the cache kept
-// answering for the old owner: after a CNI DEL and ADD a REQUEST from the
-// old MAC was ACKed for an address that now belonged to another pod.
-func TestLookupCacheIsKeyedOnContent(t *testing.T) {
+// TestEarlyACKChecksContent: a lease file rewritten in place with the same
+// size and mtime (and so the same inode) but another owner for a CNI
+// reservation's address: a REQUEST from the old owner's MAC gets no ACK.
+// With the lookup cache keyed on the file's identity alone, the early ACK
+// of a CNI reservation (sent before its bind is written) went out for an
+// address that had gone to another pod.
+func TestEarlyACKChecksContent(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "leases.json")
-	st, err := leases.Open(path, netip.MustParsePrefix("10.98.0.0/24"), serverIP, leases.WithClock(func() time.Time { return t0 }))
+	st, err := leases.Open(path, netip.MustParsePrefix("10.98.0.0/24"), serverIP)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,11 +229,13 @@ func TestLookupCacheIsKeyedOnContent(t *testing.T) {
 	if _, err := st.Reserve(leases.ReserveRequest{Key: leases.Key{ContainerID: "c1", IfName: "eth0"}, MAC: oldMAC, IP: cniIP}); err != nil {
 		t.Fatal(err)
 	}
-	a := NewStoreAllocator(st)
+	a := NewStoreAllocator(st).Defer(t.Context(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h, _ := newTestHandler(t, testConfig(), a)
 	old, _ := net.ParseMAC(oldMAC)
-	if l, ok, err := a.Lookup(old); !ok || err != nil || l.IP != cniIP {
-		t.Fatalf("Lookup(old MAC) = %+v, %v, %v", l, ok, err)
+	if ack := handle(t, h, initReboot(t, old, cniIP)); ack == nil || ack.MessageType() != dhcpv4.MessageTypeAck {
+		t.Fatalf("the owner's first REQUEST: %v, want an ACK", ack)
 	}
+	a.Flush()
 	fi, err := os.Stat(path)
 	if err != nil {
 		t.Fatal(err)
@@ -246,11 +251,14 @@ func TestLookupCacheIsKeyedOnContent(t *testing.T) {
 	if err := os.Chtimes(path, fi.ModTime(), fi.ModTime()); err != nil {
 		t.Fatal(err)
 	}
-	if l, ok, _ := a.Lookup(old); ok {
-		t.Errorf("Lookup(old MAC) after the address went to %s = %+v: a stale answer", newMAC, l)
+	if ack := handle(t, h, initReboot(t, old, cniIP)); ack != nil && ack.MessageType() == dhcpv4.MessageTypeAck {
+		t.Errorf("ACKed %s to %s after the address went to %s", cniIP, oldMAC, newMAC)
 	}
-	nw, _ := net.ParseMAC(newMAC)
-	if l, ok, _ := a.Lookup(nw); !ok || l.IP != cniIP {
-		t.Errorf("Lookup(new MAC) = %+v, %v; want %s", l, ok, cniIP)
+	snap, err := leases.Read(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, ok := snap.ByIP(cniIP); !ok || l.MAC != newMAC {
+		t.Errorf("the file's lease of %s: %+v, want %s's", cniIP, l, newMAC)
 	}
 }
