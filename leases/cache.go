@@ -119,16 +119,29 @@ func (c *parseCache) clear() {
 
 // version reads the file at path and returns the gen of its content,
 // decoding (and caching) it only when the bytes differ from the cached
-// ones.
+// ones. Unlike read it hands out no File, so an unchanged file costs the
+// read and the compare alone.
 func (c *parseCache) version(path string) (uint64, error) {
-	data, f, err := c.read(path)
+	c.mu.Lock()
+	buf := c.spare
+	c.spare = nil
+	c.mu.Unlock()
+	data, err := readFileInto(path, buf)
+	c.mu.Lock()
 	if err != nil {
+		c.spare = data
+		c.mu.Unlock()
 		return 0, err
 	}
-	if f == nil {
-		if _, err := c.decode(data); err != nil {
-			return 0, err
-		}
+	if c.f != nil && bytes.Equal(data, c.data) {
+		c.spare = data
+		gen := c.gen
+		c.mu.Unlock()
+		return gen, nil
+	}
+	c.mu.Unlock()
+	if _, err := c.decode(data); err != nil {
+		return 0, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
