@@ -105,18 +105,26 @@ func TestWithStore(t *testing.T) {
 	}
 }
 
+// cniReservation is a lease file in a temporary folder on 10.98.0.0/24
+// holding one CNI reservation, cniIP for mac (attachment c1/eth0).
+func cniReservation(t *testing.T, mac string, opts ...leases.Option) (*leases.Store, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "leases.json")
+	st, err := leases.Open(path, netip.MustParsePrefix("10.98.0.0/24"), serverIP, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Reserve(leases.ReserveRequest{Key: leases.Key{ContainerID: "c1", IfName: "eth0"}, MAC: mac, IP: cniIP}); err != nil {
+		t.Fatal(err)
+	}
+	return st, path
+}
+
 // TestDeclinedReservationSaysWhy: after a CNI reservation's DECLINE the
 // MAC's DISCOVERs get no answer, counted as "declined", not as a MAC the
 // server knows nothing of.
 func TestDeclinedReservationSaysWhy(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "leases.json")
-	st, err := leases.Open(path, netip.MustParsePrefix("10.98.0.0/24"), serverIP, leases.WithClock(func() time.Time { return t0 }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Reserve(leases.ReserveRequest{Key: leases.Key{ContainerID: "c1", IfName: "eth0"}, MAC: cniMAC.String(), IP: cniIP}); err != nil {
-		t.Fatal(err)
-	}
+	st, _ := cniReservation(t, cniMAC.String(), leases.WithClock(func() time.Time { return t0 }))
 	for name, a := range map[string]StoreAllocator{"cached": NewStoreAllocator(st), "locked": {Store: st}} {
 		t.Run(name, func(t *testing.T) {
 			h, d := newTestHandler(t, testConfig(), a)
@@ -136,15 +144,7 @@ func TestDeclinedReservationSaysWhy(t *testing.T) {
 // quarantine ended its reservation came back too, and the MAC had two
 // leases that the lookup, the store and Read disagreed on.
 func TestOneLeasePerMAC(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "leases.json")
-	now := t0
-	st, err := leases.Open(path, netip.MustParsePrefix("10.98.0.0/24"), serverIP, leases.WithClock(func() time.Time { return now }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Reserve(leases.ReserveRequest{Key: leases.Key{ContainerID: "c1", IfName: "eth0"}, MAC: cniMAC.String(), IP: cniIP}); err != nil {
-		t.Fatal(err)
-	}
+	st, path := cniReservation(t, cniMAC.String(), leases.WithClock(func() time.Time { return t0 }))
 	cfg := testConfig()
 	cfg.DynamicRange = &leases.Pool{First: netip.MustParseAddr("10.98.0.200"), Last: netip.MustParseAddr("10.98.0.210")}
 	h, d := newTestHandler(t, cfg, NewStoreAllocator(st))
@@ -220,15 +220,8 @@ func TestLookupCacheFollowsTheFile(t *testing.T) {
 // of a CNI reservation (sent before its bind is written) went out for an
 // address that had gone to another pod.
 func TestEarlyACKChecksContent(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "leases.json")
-	st, err := leases.Open(path, netip.MustParsePrefix("10.98.0.0/24"), serverIP)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const oldMAC, newMAC = "02:00:00:00:00:0a", "02:00:00:00:00:0b"
-	if _, err := st.Reserve(leases.ReserveRequest{Key: leases.Key{ContainerID: "c1", IfName: "eth0"}, MAC: oldMAC, IP: cniIP}); err != nil {
-		t.Fatal(err)
-	}
+	st, path := cniReservation(t, oldMAC)
 	a := NewStoreAllocator(st).Defer(t.Context(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	h, _ := newTestHandler(t, testConfig(), a)
 	old, _ := net.ParseMAC(oldMAC)

@@ -55,6 +55,17 @@ type parseCache struct {
 // (with c.decode, to cache the result). Errors are the os package's, as
 // os.ReadFile returns them.
 func (c *parseCache) read(path string) (data []byte, f *File, err error) {
+	data, f, _, err = c.readCompare(path, true)
+	return data, f, err
+}
+
+// readCompare reads the file at path into the spare buffer. When its bytes
+// are the cached ones it returns their gen and, with clone, a private copy
+// of the cached File, both taken under the same hold of c.mu as the
+// compare, so they are exactly those bytes' (the cache may move on the
+// moment c.mu is let go). Then, and when the read failed, the buffer goes
+// back to spare; otherwise data is the caller's and gen is 0.
+func (c *parseCache) readCompare(path string, clone bool) (data []byte, f *File, gen uint64, err error) {
 	c.mu.Lock()
 	buf := c.spare
 	c.spare = nil
@@ -65,27 +76,40 @@ func (c *parseCache) read(path string) (data []byte, f *File, err error) {
 	switch {
 	case err != nil:
 		c.spare = data // nothing aliases a failed read's buffer
-		return nil, nil, err
+		return nil, nil, 0, err
 	case c.f != nil && bytes.Equal(data, c.data):
 		c.spare = data
-		return nil, c.f.clone(), nil
+		if clone {
+			f = c.f.clone()
+		}
+		return nil, f, c.gen, nil
 	}
-	return data, nil, nil
+	return data, nil, 0, nil
 }
 
 // decode decodes data (which it takes ownership of, as decodeOwned does),
 // remembers the result and returns a private copy of it.
 func (c *parseCache) decode(data []byte) (*File, error) {
+	f, _, err := c.decodeGen(data, true)
+	return f, err
+}
+
+// decodeGen is decode that also returns the gen it gave data, and copies
+// the File out only with clone.
+func (c *parseCache) decodeGen(data []byte, clone bool) (*File, uint64, error) {
 	f, err := decodeOwned(data)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.decodes++
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	c.data, c.f = data, f
 	c.gen++
-	return f.clone(), nil
+	if clone {
+		f = f.clone()
+	}
+	return f, c.gen, nil
 }
 
 // wrote remembers f, which the caller has just written to disk as data and
@@ -122,30 +146,12 @@ func (c *parseCache) clear() {
 // ones. Unlike read it hands out no File, so an unchanged file costs the
 // read and the compare alone.
 func (c *parseCache) version(path string) (uint64, error) {
-	c.mu.Lock()
-	buf := c.spare
-	c.spare = nil
-	c.mu.Unlock()
-	data, err := readFileInto(path, buf)
-	c.mu.Lock()
-	if err != nil {
-		c.spare = data
-		c.mu.Unlock()
-		return 0, err
+	data, _, gen, err := c.readCompare(path, false)
+	if err != nil || gen != 0 { // a cached content's gen is never 0
+		return gen, err
 	}
-	if c.f != nil && bytes.Equal(data, c.data) {
-		c.spare = data
-		gen := c.gen
-		c.mu.Unlock()
-		return gen, nil
-	}
-	c.mu.Unlock()
-	if _, err := c.decode(data); err != nil {
-		return 0, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.gen, nil
+	_, gen, err = c.decodeGen(data, false)
+	return gen, err
 }
 
 // clone returns a copy of f whose Leases a Tx may change (the elements hold

@@ -15,6 +15,11 @@ import (
 // another descriptor of the same file is closed in the same process.
 type fileLock struct{ f *os.File }
 
+// lockTimeout bounds the wait for the lease file's lock. A write holds it
+// for one read, one fsynced write and a rename: milliseconds, or seconds
+// on a disk that stalls. Waiting longer only hides a writer that hangs.
+var lockTimeout = 30 * time.Second
+
 func lockFile(path string) (*fileLock, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {

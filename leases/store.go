@@ -33,11 +33,6 @@ var (
 	ErrLockTimeout = errors.New("lease file lock timed out")
 )
 
-// lockTimeout bounds the wait for the lease file's lock. A write holds it
-// for one read, one fsynced write and a rename: milliseconds, or seconds
-// on a disk that stalls. Waiting longer only hides a writer that hangs.
-var lockTimeout = 30 * time.Second
-
 // Store is the writers' view of a lease file. It trusts no lease state in
 // memory: every operation reads the file under the lock, so any number of
 // processes (one per CNI call, the DHCP server, vmlanectl) can share a file.

@@ -187,9 +187,7 @@ func New(tb testing.TB, o Options) *Cluster {
 	c.MustKubectl(tb, "apply", "--server-side", "-k", o.Manifests)
 	c.NodeKubeconfig = c.serviceAccountKubeconfig(tb)
 
-	c.step("outside host %s (serves /cgi-bin/whoami)", OutsideIP)
-	c.Outside = c.host(tb, "out", netip.PrefixFrom(OutsideIP, SwitchSubnet.Bits()))
-	ServeWhoAmI(tb, c.Outside, filepath.Join(c.dir, "outside-www"))
+	c.addOutside(tb, "a host beyond the pod network")
 
 	for _, s := range o.Nodes {
 		c.AddNode(tb, s)
@@ -199,6 +197,15 @@ func New(tb testing.TB, o Options) *Cluster {
 
 func (c *Cluster) step(format string, args ...any) {
 	fmt.Fprintf(c.Opts.Log, "• "+format+"\n", args...)
+}
+
+// addOutside makes the outside host at OutsideIP, which serves
+// /cgi-bin/whoami; role says what it stands for in this cluster.
+func (c *Cluster) addOutside(tb testing.TB, role string) {
+	tb.Helper()
+	c.step("outside host %s, %s (serves /cgi-bin/whoami)", OutsideIP, role)
+	c.Outside = c.host(tb, "out", netip.PrefixFrom(OutsideIP, SwitchSubnet.Bits()))
+	ServeWhoAmI(tb, c.Outside, filepath.Join(c.dir, "outside-www"))
 }
 
 // host makes a namespace with eth0 on the switch at addr.
@@ -222,8 +229,16 @@ func (c *Cluster) Kubectl(args ...string) (string, error) {
 
 // KubectlWith is Kubectl with another kubeconfig.
 func (c *Cluster) KubectlWith(kubeconfig string, args ...string) (string, error) {
+	return c.kubectl(kubeconfig, nil, args...)
+}
+
+// kubectl runs kubectl with kubeconfig and stdin (nil: none) from the
+// control plane's namespace.
+func (c *Cluster) kubectl(kubeconfig string, stdin io.Reader, args ...string) (string, error) {
 	argv := append([]string{"netns", "exec", c.CP.NetNS, c.KubectlPath, "--kubeconfig", kubeconfig}, args...)
-	out, err := exec.Command("ip", argv...).CombinedOutput()
+	cmd := exec.Command("ip", argv...)
+	cmd.Stdin = stdin
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("kubectl %s: %w\n%s", strings.Join(args, " "), err, out)
 	}

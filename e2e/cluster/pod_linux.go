@@ -149,6 +149,15 @@ func (p *Pod) Ping(ctx context.Context, target netip.Addr, count int) (PingResul
 		return p.VM.Ping(ctx, target.String(), count)
 	}
 	out, err := p.NS.Run("ping", "-c", strconv.Itoa(count), "-i", "0.2", "-W", "2", target.String())
+	r := parsePing(out, target, count)
+	r.OK = r.OK && err == nil
+	return r, nil
+}
+
+// parsePing reads the summary of iputils' ping ("3 received") or
+// busybox's ("3 packets received", in the test pods' image): replies and
+// the average round trip. OK means every request was answered.
+func parsePing(out string, target netip.Addr, count int) PingResult {
 	r := PingResult{Target: target.String(), Sent: count}
 	if m := recvRE.FindStringSubmatch(out); m != nil {
 		r.Recv, _ = strconv.Atoi(m[1])
@@ -157,12 +166,12 @@ func (p *Pod) Ping(ctx context.Context, target netip.Addr, count int) (PingResul
 		ms, _ := strconv.ParseFloat(m[1], 64)
 		r.RTT = time.Duration(ms * float64(time.Millisecond))
 	}
-	r.OK = err == nil && r.Recv == count
-	return r, nil
+	r.OK = r.Recv == count
+	return r
 }
 
 var (
-	recvRE = regexp.MustCompile(`(\d+) received`)
+	recvRE = regexp.MustCompile(`(\d+) (?:packets )?received`)
 	rttRE  = regexp.MustCompile(`= [\d.]+/([\d.]+)/`)
 )
 

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -35,9 +33,7 @@ func NewReal(tb testing.TB, o Options) *Cluster {
 	c.startControlPlane(tb, controlplane.Options{ClusterCIDR: c.Opts.ClusterCIDR})
 	c.step("manifests: kubectl apply --server-side -k %s", o.Overlay)
 	c.MustKubectl(tb, "apply", "--server-side", "-k", o.Overlay)
-	c.step("outside host %s, the nodes' default gateway (serves /cgi-bin/whoami)", OutsideIP)
-	c.Outside = c.host(tb, "out", netip.PrefixFrom(OutsideIP, SwitchSubnet.Bits()))
-	ServeWhoAmI(tb, c.Outside, filepath.Join(c.dir, "outside-www"))
+	c.addOutside(tb, "the nodes' default gateway")
 	for _, s := range o.RealNodes {
 		c.AddRealNode(tb, s)
 	}
@@ -82,14 +78,7 @@ func (c *Cluster) RealNode(name string) *RealNode {
 
 // KubectlIn runs kubectl as admin with stdin.
 func (c *Cluster) KubectlIn(stdin string, args ...string) (string, error) {
-	argv := append([]string{"netns", "exec", c.CP.NetNS, c.KubectlPath, "--kubeconfig", c.CP.Kubeconfig}, args...)
-	cmd := exec.Command("ip", argv...)
-	cmd.Stdin = strings.NewReader(stdin)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return string(out), fmt.Errorf("kubectl %s: %w\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out), nil
+	return c.kubectl(c.CP.Kubeconfig, strings.NewReader(stdin), args...)
 }
 
 // Apply applies YAML objects with kubectl.
@@ -205,17 +194,7 @@ func (c *Cluster) Exec(p KubePod, argv ...string) (string, error) {
 // apart, and returns what came back and ping's output.
 func (c *Cluster) PingFrom(p KubePod, target netip.Addr, count int, interval string) (PingResult, string) {
 	out, _ := c.Exec(p, "ping", "-c", fmt.Sprint(count), "-i", interval, "-W", "2", target.String())
-	r := PingResult{Target: target.String(), Sent: count}
-	if m := busyboxRecvRE.FindStringSubmatch(out); m != nil {
-		fmt.Sscan(m[1], &r.Recv)
-	}
-	if m := rttRE.FindStringSubmatch(out); m != nil {
-		var ms float64
-		fmt.Sscan(m[1], &ms)
-		r.RTT = time.Duration(ms * float64(time.Millisecond))
-	}
-	r.OK = r.Recv == count
-	return r, out
+	return parsePing(out, target, count), out
 }
 
 // Endpoint is p as a ping matrix source (through kubectl exec) and
@@ -232,10 +211,6 @@ func (c *Cluster) Endpoint(p KubePod) Endpoint {
 		},
 	}
 }
-
-// busyboxRecvRE reads busybox ping's summary ("3 packets transmitted, 3
-// packets received"); iputils' says "3 received".
-var busyboxRecvRE = regexp.MustCompile(`(\d+) packets received`)
 
 // WhoAmIFrom fetches target's /cgi-bin/whoami from inside p: the address
 // target saw the request come from.

@@ -59,11 +59,6 @@ type RealNode struct {
 	exited chan struct{}
 }
 
-// Prefix of the node folders and cgroups, as netnstest names its
-// namespaces: <prefix><pid>-<n>-<node>, so that a later run can tell a
-// killed run's leftovers from a live one's.
-const realNodePrefix = "vmlt-"
-
 var realNodeSeq atomic.Int64
 
 // RuntimeDir is where internal/realnode/build.sh put containerd & co
@@ -104,7 +99,9 @@ func (c *Cluster) AddRealNode(tb testing.TB, s RealNodeSpec) *RealNode {
 	// connection to the kubernetes Service (10.96.0.1) fails with
 	// "network is unreachable" before kube-proxy's DNAT is consulted.
 	n.NS.MustRun(tb, "ip", "route", "add", "default", "via", OutsideIP.String())
-	id := fmt.Sprintf("%s%d-%d-%s", realNodePrefix, os.Getpid(), realNodeSeq.Add(1), s.Name)
+	// Named as netnstest names its namespaces, so that a later run can
+	// tell a killed run's leftovers from a live one's (netnstest.OwnerGone).
+	id := fmt.Sprintf("%s%d-%d-%s", netnstest.Prefix, os.Getpid(), realNodeSeq.Add(1), s.Name)
 	n.Dir = filepath.Join(os.TempDir(), "vmlane-e2e-nodes", id)
 	base, err := ownMemoryCgroup()
 	if err != nil {
@@ -214,7 +211,7 @@ func (n *RealNode) File(path string) string {
 			return filepath.Join(n.Dir, "ov", ov.dir, "up", rest)
 		}
 	}
-	return filepath.Join(n.Dir, "not-on-the-node-disk", path)
+	panic("RealNode.File: " + path + " is not on the node's own disk (/etc, /opt, /var/lib, /var/log)")
 }
 
 // Run runs argv on the node, in its network and mount namespaces, with
@@ -404,14 +401,7 @@ func sweepRealNodes() {
 	if realSwept.Swap(true) {
 		return
 	}
-	dead := func(name string) bool {
-		rest, ok := strings.CutPrefix(name, realNodePrefix)
-		if !ok {
-			return false
-		}
-		pid, err := strconv.Atoi(strings.SplitN(rest, "-", 2)[0])
-		return err == nil && pid != os.Getpid() && syscall.Kill(pid, 0) != nil
-	}
+	dead := netnstest.OwnerGone
 	// Node cgroups sit a few levels down the memory hierarchy (under
 	// the memory cgroup of the run that made them).
 	root := "/sys/fs/cgroup/memory"

@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"net/netip"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -116,7 +117,7 @@ func (c *Cluster) StartVMPod(tb testing.TB, name, node string, ping []netip.Addr
 mac=$(printf '02:76:%02x:%02x:%02x:%02x' "$1" "$2" "$3" "$4")
 echo "vm-launcher: pod IP $POD_IP, guest NIC $mac on tap0"
 exec ` + strings.Join(q, " ")
-	guestDir := guestFolder(c.Guest().Kernel)
+	guestDir := filepath.Dir(c.Guest().Kernel)
 	c.Apply(tb, fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
@@ -155,11 +156,6 @@ spec:
 		return false, why
 	})
 	return pod
-}
-
-func guestFolder(kernel string) string {
-	i := strings.LastIndex(kernel, "/")
-	return kernel[:i]
 }
 
 var guestNetRE = regexp.MustCompile(`VMLANE-NET .* ip=([0-9.]+)/`)

@@ -99,15 +99,23 @@ func sweepOnce() {
 		return
 	}
 	for _, e := range ents {
-		rest, ok := strings.CutPrefix(e.Name(), Prefix)
-		if !ok {
-			continue
+		if OwnerGone(e.Name()) {
+			exec.Command("ip", "netns", "del", e.Name()).Run()
 		}
-		pidStr, _, _ := strings.Cut(rest, "-")
-		pid, err := strconv.Atoi(pidStr)
-		if err != nil || pid == os.Getpid() || syscall.Kill(pid, 0) == nil {
-			continue
-		}
-		exec.Command("ip", "netns", "del", e.Name()).Run()
 	}
+}
+
+// OwnerGone reports whether name is one of this package's names
+// (Prefix<pid>-...) whose process no longer exists: what a killed test
+// binary left behind. Other harnesses that name what they make the same
+// way (e2e/cluster's real nodes, their cgroups and folders) sweep with it
+// too.
+func OwnerGone(name string) bool {
+	rest, ok := strings.CutPrefix(name, Prefix)
+	if !ok {
+		return false
+	}
+	pidStr, _, _ := strings.Cut(rest, "-")
+	pid, err := strconv.Atoi(pidStr)
+	return err == nil && pid != os.Getpid() && syscall.Kill(pid, 0) != nil
 }
