@@ -1,0 +1,155 @@
+// Package antispoof keeps each vmlane attachment to its own identity on the
+// node bridge: frames from a port must carry the port's MAC as source, IPv4
+// packets its address (or 0.0.0.0 for DHCP), ARP its MAC and address as
+// sender. DHCP and DHCPv6 server replies, IPv6 router advertisements and
+// redirects, and DHCP client messages whose chaddr is not the frame's
+// source are dropped, and so is every ethertype but IPv4, ARP and IPv6
+// (802.1Q tags included).
+//
+// The rules live in an nftables table of vmlane's own in the bridge family
+// (table bridge vmlane), programmed over netlink: no nft binary is needed
+// on the node. The table's rules are fixed; what varies is three sets,
+// keyed by the host end's interface name:
+//
+//	ports  ifname                             ports that are checked
+//	macs   ifname . ether_addr                a port's MAC
+//	addrs  ifname . ether_addr . ipv4_addr    a port's MAC and address
+//
+// A port that is in no set is not checked, so an attachment with
+// anti-spoofing off, or anything else on the bridge, passes as before.
+// Adding or removing a port is one netlink transaction that touches only
+// its set elements, and the elements can be added before the port exists
+// (the CNI plugin adds them before the veth joins the bridge, so no frame
+// is ever forwarded unchecked).
+//
+// Ensure writes the table whole in one transaction (add table, sets and
+// chains; flush the chains; add the rules), which is idempotent, atomic
+// and safe to run from several processes at once: the kernel serializes
+// nftables transactions, and the set elements survive it.
+package antispoof
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+)
+
+// TableName is the name of vmlane's table in the bridge family.
+const TableName = "vmlane"
+
+// Port is what one bridge port may send as: the host end of a veth, and the
+// MAC and IPv4 address of the pod or VM behind it.
+type Port struct {
+	// Name is the interface name of the port (the host end of the veth).
+	Name string
+	MAC  net.HardwareAddr
+	IP   netip.Addr
+}
+
+func (p Port) String() string { return fmt.Sprintf("%s %s %s", p.Name, p.MAC, p.IP) }
+
+// ifNameSize is IFNAMSIZ: the kernel's interface names, NUL included.
+const ifNameSize = 16
+
+// Validate reports what is wrong with p, naming the field.
+func (p Port) Validate() error {
+	switch {
+	case p.Name == "" || len(p.Name) >= ifNameSize || strings.ContainsAny(p.Name, "/ \x00"):
+		return fmt.Errorf("antispoof: port name %q is not an interface name", p.Name)
+	case len(p.MAC) != 6:
+		return fmt.Errorf("antispoof: port %s: MAC %q is not a 48-bit MAC", p.Name, p.MAC)
+	case p.MAC[0]&1 != 0:
+		return fmt.Errorf("antispoof: port %s: MAC %s is a multicast address", p.Name, p.MAC)
+	case !p.IP.Is4() || p.IP.IsUnspecified():
+		return fmt.Errorf("antispoof: port %s: address %v is not a unicast IPv4 address", p.Name, p.IP)
+	}
+	return nil
+}
+
+// Key encodings of the three sets: every field of a concatenation is
+// padded to a multiple of four bytes (the nftables register size).
+
+func ifnameKey(name string) []byte {
+	k := make([]byte, ifNameSize)
+	copy(k, name)
+	return k
+}
+
+func macKey(name string, mac net.HardwareAddr) []byte {
+	return append(append(ifnameKey(name), mac[:6]...), 0, 0)
+}
+
+func addrKey(name string, mac net.HardwareAddr, ip netip.Addr) []byte {
+	a := ip.As4()
+	return append(macKey(name, mac), a[:]...)
+}
+
+// portsFromAddrs turns the addrs set's keys back into Ports. A key of the
+// wrong length (a set this package did not write) is an error.
+func portsFromAddrs(keys [][]byte) ([]Port, error) {
+	ports := make([]Port, 0, len(keys))
+	for _, k := range keys {
+		if len(k) != ifNameSize+8+4 {
+			return nil, fmt.Errorf("antispoof: set addrs has a %d-byte key, want %d", len(k), ifNameSize+8+4)
+		}
+		name, _, _ := strings.Cut(string(k[:ifNameSize]), "\x00")
+		ip := netip.AddrFrom4([4]byte(k[ifNameSize+8:]))
+		ports = append(ports, Port{Name: name, MAC: slices.Clone(k[ifNameSize : ifNameSize+6]), IP: ip})
+	}
+	slices.SortFunc(ports, func(a, b Port) int { return strings.Compare(a.Name, b.Name) })
+	return ports, nil
+}
+
+// ErrNoKernelSupport means the kernel has no nftables bridge family (no
+// nf_tables or nft_*_bridge support); the README's security model says
+// what the node needs.
+var ErrNoKernelSupport = errors.New("antispoof: the kernel has no nftables bridge family support")
+
+// Changes is what a Sync did.
+type Changes struct {
+	// Repaired says what was wrong with the table when Sync rewrote it;
+	// empty when it was intact.
+	Repaired       string
+	Added, Removed []Port
+}
+
+// diff returns the ports of want that have does not hold exactly, and the
+// ports of have that want does not: a port whose MAC or address changed is
+// in both.
+func diff(have, want []Port) (add, remove []Port) {
+	key := func(p Port) string { return p.Name + " " + p.MAC.String() + " " + p.IP.String() }
+	in := func(ps []Port) map[string]bool {
+		m := make(map[string]bool, len(ps))
+		for _, p := range ps {
+			m[key(p)] = true
+		}
+		return m
+	}
+	h, w := in(have), in(want)
+	for _, p := range want {
+		if !h[key(p)] {
+			add = append(add, p)
+			h[key(p)] = true
+		}
+	}
+	for _, p := range have {
+		if !w[key(p)] {
+			remove = append(remove, p)
+		}
+	}
+	return add, remove
+}
+
+// without returns the ports not called name.
+func without(ports []Port, name string) []Port {
+	var out []Port
+	for _, p := range ports {
+		if p.Name != name {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -1,0 +1,165 @@
+package antispoof
+
+import (
+	"encoding/binary"
+
+	"github.com/google/nftables/expr"
+)
+
+// The table's chains. ports is the base chain, on the bridge's prerouting
+// hook, which every frame entering a port passes whether the bridge
+// forwards it or delivers it to the node.
+const (
+	chainPorts = "ports"
+	chainIPv4  = "ipv4"
+	chainARP   = "arp"
+	chainIPv6  = "ipv6"
+)
+
+// The sets; see the package comment.
+const (
+	setPorts = "ports"
+	setMACs  = "macs"
+	setAddrs = "addrs"
+)
+
+// Registers. A concatenation is looked up from consecutive 32-bit
+// registers (NFT_REG32_00 is 8): the interface name takes four, a MAC two,
+// an IPv4 address one.
+const (
+	regName = 8
+	regMAC  = 12
+	regIP   = 14
+	regOne  = 1 // the 16-byte register 1, for single comparisons
+)
+
+// Ethertypes and protocol numbers the rules match.
+const (
+	etherIPv4   = 0x0800
+	etherARP    = 0x0806
+	etherIPv6   = 0x86dd
+	protoUDP    = 17
+	protoICMPv6 = 58
+
+	portDHCPServer   = 67
+	portDHCPv6Server = 547
+
+	icmpv6RouterAdvert = 134
+	icmpv6Redirect     = 137
+
+	// dhcpChaddr is where a DHCP message's chaddr starts in the UDP
+	// packet: the 8-byte UDP header, then op, htype, hlen, hops (4),
+	// xid (4), secs and flags (4), ciaddr, yiaddr, siaddr, giaddr (16).
+	dhcpChaddr = 8 + 28
+)
+
+// rule is one rule of the table: a name, which is also its comment and
+// what Verify checks it by, and its expressions.
+type rule struct {
+	name  string
+	exprs []expr.Any
+}
+
+type chainSpec struct {
+	name  string
+	rules []rule
+}
+
+func be16(v uint16) []byte { return binary.BigEndian.AppendUint16(nil, v) }
+
+func loadName(reg uint32) expr.Any { return &expr.Meta{Key: expr.MetaKeyIIFNAME, Register: reg} }
+
+func load(base expr.PayloadBase, off, n, reg uint32) expr.Any {
+	return &expr.Payload{OperationType: expr.PayloadLoad, DestRegister: reg, Base: base, Offset: off, Len: n}
+}
+
+func eq(reg uint32, data []byte) expr.Any {
+	return &expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: data}
+}
+
+func in(set string, reg uint32) expr.Any { return &expr.Lookup{SourceRegister: reg, SetName: set} }
+
+func notIn(set string, reg uint32) expr.Any {
+	return &expr.Lookup{SourceRegister: reg, SetName: set, Invert: true}
+}
+
+// The verdicts. Drops count, so `nft list table bridge vmlane` (or the
+// counters vmlaned reads) shows what a guest tried.
+func drop() []expr.Any { return []expr.Any{&expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop}} }
+func accept() expr.Any { return &expr.Verdict{Kind: expr.VerdictAccept} }
+func jump(chain string) expr.Any {
+	return &expr.Verdict{Kind: expr.VerdictJump, Chain: chain}
+}
+
+func udpPort(off uint32, port uint16) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: regOne}, eq(regOne, []byte{protoUDP}),
+		load(expr.PayloadBaseTransportHeader, off, 2, regOne), eq(regOne, be16(port)),
+	}
+}
+
+func icmpv6Type(t byte) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: regOne}, eq(regOne, []byte{protoICMPv6}),
+		load(expr.PayloadBaseTransportHeader, 0, 1, regOne), eq(regOne, []byte{t}),
+	}
+}
+
+func cat(parts ...[]expr.Any) []expr.Any {
+	var out []expr.Any
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+func one(e ...expr.Any) []expr.Any { return e }
+
+var (
+	srcMAC  = one(load(expr.PayloadBaseLLHeader, 6, 6, regMAC))
+	srcIPv4 = one(load(expr.PayloadBaseNetworkHeader, 12, 4, regIP))
+	zero4   = []byte{0, 0, 0, 0}
+)
+
+// layout is the whole table: its chains, base chain first, in the order
+// they are created.
+var layout = []chainSpec{
+	{chainPorts, []rule{
+		{"unchecked port", one(loadName(regOne), notIn(setPorts, regOne), accept())},
+		{"source MAC", cat(one(loadName(regName)), srcMAC, one(notIn(setMACs, regName)), drop())},
+		{"to ipv4", one(load(expr.PayloadBaseLLHeader, 12, 2, regOne), eq(regOne, be16(etherIPv4)), jump(chainIPv4))},
+		{"to arp", one(load(expr.PayloadBaseLLHeader, 12, 2, regOne), eq(regOne, be16(etherARP)), jump(chainARP))},
+		{"to ipv6", one(load(expr.PayloadBaseLLHeader, 12, 2, regOne), eq(regOne, be16(etherIPv6)), jump(chainIPv6))},
+		{"other ethertype", drop()},
+	}},
+	{chainIPv4, []rule{
+		// A DHCP client message names its client in chaddr; the server
+		// keys leases on it, so it must be the sender's own MAC.
+		{"dhcp chaddr", cat(udpPort(2, portDHCPServer),
+			one(loadName(regName), load(expr.PayloadBaseTransportHeader, dhcpChaddr, 6, regMAC), notIn(setMACs, regName)), drop())},
+		{"dhcp from 0.0.0.0", cat(udpPort(2, portDHCPServer),
+			one(load(expr.PayloadBaseNetworkHeader, 12, 4, regOne), eq(regOne, zero4), accept()))},
+		{"source address", cat(one(loadName(regName)), srcMAC, srcIPv4, one(notIn(setAddrs, regName)), drop())},
+		{"dhcp server", cat(udpPort(0, portDHCPServer), drop())},
+		{"ipv4 ok", one(accept())},
+	}},
+	{chainARP, []rule{
+		// Ethernet/IPv4 ARP only: htype 1, ptype 0x0800, hlen 6, plen 4;
+		// other formats would put the sender fields elsewhere.
+		{"arp format", cat(one(load(expr.PayloadBaseNetworkHeader, 0, 6, regOne),
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: regOne, Data: []byte{0, 1, 8, 0, 6, 4}}), drop())},
+		{"arp sender", one(loadName(regName), load(expr.PayloadBaseNetworkHeader, 8, 6, regMAC),
+			load(expr.PayloadBaseNetworkHeader, 14, 4, regIP), in(setAddrs, regName), accept())},
+		// RFC 5227 probes (sender 0.0.0.0) from the port's own MAC:
+		// DHCP clients send them before they use an address.
+		{"arp probe", one(load(expr.PayloadBaseNetworkHeader, 14, 4, regOne), eq(regOne, zero4),
+			loadName(regName), load(expr.PayloadBaseNetworkHeader, 8, 6, regMAC), in(setMACs, regName), accept())},
+		{"arp spoof", drop()},
+	}},
+	{chainIPv6, []rule{
+		{"router advertisement", cat(icmpv6Type(icmpv6RouterAdvert), drop())},
+		{"redirect", cat(icmpv6Type(icmpv6Redirect), drop())},
+		{"dhcpv6 server", cat(udpPort(0, portDHCPv6Server), drop())},
+		{"ipv6 ok", one(accept())},
+	}},
+}

@@ -1,0 +1,214 @@
+// Package frametest sends and captures raw Ethernet frames in test network
+// namespaces, and builds the frames a hostile guest would send: any source
+// MAC, any IPv4 source, ARP with any sender, DHCP from any chaddr, 802.1Q
+// tags. Tests only.
+package frametest
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Socket is an AF_PACKET socket bound to one interface, seeing every frame
+// (ETH_P_ALL), in the namespace it was opened in.
+type Socket struct {
+	fd      int
+	ifindex int
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// Open opens a packet socket on ifname. Call it inside the namespace (for
+// example from netnstest.NS.Do); the socket stays in that namespace.
+func Open(ifname string) (*Socket, error) {
+	ifi, err := net.InterfaceByName(ifname)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+	if err != nil {
+		return nil, fmt.Errorf("packet socket: %w", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifi.Index}); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("binding packet socket to %s: %w", ifname, err)
+	}
+	return &Socket{fd: fd, ifindex: ifi.Index}, nil
+}
+
+// Close closes the socket.
+func (s *Socket) Close() error { return unix.Close(s.fd) }
+
+// Send sends frame (Ethernet header included) out of the interface.
+func (s *Socket) Send(frame []byte) error {
+	return unix.Sendto(s.fd, frame, 0, &unix.SockaddrLinklayer{Ifindex: s.ifindex, Halen: 6})
+}
+
+// Wait returns the first frame received within d for which match is true,
+// or an error when none came. Frames the socket itself sent are skipped.
+func (s *Socket) Wait(d time.Duration, match func([]byte) bool) ([]byte, error) {
+	deadline := time.Now().Add(d)
+	buf := make([]byte, 65536)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, errors.New("no matching frame")
+		}
+		tv := unix.NsecToTimeval(left.Nanoseconds())
+		if err := unix.SetsockoptTimeval(s.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+			return nil, err
+		}
+		n, from, err := unix.Recvfrom(s.fd, buf, 0)
+		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype == unix.PACKET_OUTGOING {
+			continue
+		}
+		if match(buf[:n]) {
+			return append([]byte(nil), buf[:n]...), nil
+		}
+	}
+}
+
+// Broadcast is ff:ff:ff:ff:ff:ff.
+var Broadcast = net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+
+// Ethernet ethertypes.
+const (
+	TypeIPv4 = 0x0800
+	TypeARP  = 0x0806
+	TypeIPv6 = 0x86dd
+	TypeVLAN = 0x8100
+)
+
+// Ether builds an Ethernet frame.
+func Ether(dst, src net.HardwareAddr, etherType uint16, payload []byte) []byte {
+	b := append(append(append([]byte{}, dst...), src...), byte(etherType>>8), byte(etherType))
+	return append(b, payload...)
+}
+
+// VLAN builds an 802.1Q-tagged frame.
+func VLAN(dst, src net.HardwareAddr, vid uint16, etherType uint16, payload []byte) []byte {
+	tag := []byte{byte(vid >> 8), byte(vid), byte(etherType >> 8), byte(etherType)}
+	return Ether(dst, src, TypeVLAN, append(tag, payload...))
+}
+
+// ARP builds an Ethernet/IPv4 ARP packet (op 1 request, 2 reply).
+func ARP(op uint16, sha net.HardwareAddr, spa netip.Addr, tha net.HardwareAddr, tpa netip.Addr) []byte {
+	b := []byte{0, 1, 8, 0, 6, 4, byte(op >> 8), byte(op)}
+	s, t := spa.As4(), tpa.As4()
+	b = append(append(b, sha...), s[:]...)
+	return append(append(b, tha...), t[:]...)
+}
+
+// UDP4 builds an IPv4 packet carrying a UDP datagram, checksums filled in.
+func UDP4(src, dst netip.Addr, sport, dport uint16, payload []byte) []byte {
+	udp := make([]byte, 8, 8+len(payload))
+	binary.BigEndian.PutUint16(udp[0:], sport)
+	binary.BigEndian.PutUint16(udp[2:], dport)
+	binary.BigEndian.PutUint16(udp[4:], uint16(8+len(payload)))
+	udp = append(udp, payload...)
+	s, d := src.As4(), dst.As4()
+	pseudo := append(append(append([]byte{}, s[:]...), d[:]...), 0, 17, byte(len(udp)>>8), byte(len(udp)))
+	sum := checksum(append(pseudo, udp...))
+	if sum == 0 {
+		sum = 0xffff
+	}
+	binary.BigEndian.PutUint16(udp[6:], sum)
+	return ipv4(src, dst, 17, udp)
+}
+
+// ICMPEcho4 builds an IPv4 ICMP echo request.
+func ICMPEcho4(src, dst netip.Addr, id, seq uint16) []byte {
+	icmp := []byte{8, 0, 0, 0, byte(id >> 8), byte(id), byte(seq >> 8), byte(seq)}
+	icmp = append(icmp, []byte("vmlane frametest")...)
+	binary.BigEndian.PutUint16(icmp[2:], checksum(icmp))
+	return ipv4(src, dst, 1, icmp)
+}
+
+func ipv4(src, dst netip.Addr, proto byte, payload []byte) []byte {
+	h := make([]byte, 20)
+	h[0] = 0x45
+	binary.BigEndian.PutUint16(h[2:], uint16(20+len(payload)))
+	h[8] = 64
+	h[9] = proto
+	s, d := src.As4(), dst.As4()
+	copy(h[12:], s[:])
+	copy(h[16:], d[:])
+	binary.BigEndian.PutUint16(h[10:], checksum(h))
+	return append(h, payload...)
+}
+
+// RouterAdvert builds an IPv6 ICMPv6 router advertisement from src to
+// all-nodes.
+func RouterAdvert(src netip.Addr) []byte {
+	dst := netip.MustParseAddr("ff02::1")
+	icmp := []byte{134, 0, 0, 0, 64, 0, 0x07, 0x08, 0, 0, 0, 0, 0, 0, 0, 0}
+	s, d := src.As16(), dst.As16()
+	pseudo := append(append(append([]byte{}, s[:]...), d[:]...), 0, 0, 0, byte(len(icmp)), 0, 0, 0, 58)
+	binary.BigEndian.PutUint16(icmp[2:], checksum(append(pseudo, icmp...)))
+	h := make([]byte, 40)
+	h[0] = 0x60
+	binary.BigEndian.PutUint16(h[4:], uint16(len(icmp)))
+	h[6] = 58
+	h[7] = 255
+	copy(h[8:], s[:])
+	copy(h[24:], d[:])
+	return append(h, icmp...)
+}
+
+func checksum(b []byte) uint16 {
+	var sum uint32
+	for i := 0; i+1 < len(b); i += 2 {
+		sum += uint32(b[i])<<8 | uint32(b[i+1])
+	}
+	if len(b)%2 == 1 {
+		sum += uint32(b[len(b)-1]) << 8
+	}
+	for sum > 0xffff {
+		sum = sum>>16 + sum&0xffff
+	}
+	return ^uint16(sum)
+}
+
+// Frame is a parsed Ethernet frame, enough of it for tests to match on.
+type Frame struct {
+	Dst, Src  net.HardwareAddr
+	EtherType uint16
+	Payload   []byte
+}
+
+// Parse splits an Ethernet header off b.
+func Parse(b []byte) (Frame, bool) {
+	if len(b) < 14 {
+		return Frame{}, false
+	}
+	return Frame{Dst: b[0:6], Src: b[6:12], EtherType: binary.BigEndian.Uint16(b[12:14]), Payload: b[14:]}, true
+}
+
+// UDP returns the source and destination of an IPv4 UDP frame and its
+// payload; ok is false for anything else.
+func (f Frame) UDP() (src, dst netip.AddrPort, payload []byte, ok bool) {
+	p := f.Payload
+	if f.EtherType != TypeIPv4 || len(p) < 20 || p[0]>>4 != 4 || p[9] != 17 {
+		return
+	}
+	hl := int(p[0]&0xf) * 4
+	if len(p) < hl+8 {
+		return
+	}
+	u := p[hl:]
+	src = netip.AddrPortFrom(netip.AddrFrom4([4]byte(p[12:16])), binary.BigEndian.Uint16(u[0:]))
+	dst = netip.AddrPortFrom(netip.AddrFrom4([4]byte(p[16:20])), binary.BigEndian.Uint16(u[2:]))
+	return src, dst, u[8:], true
+}
