@@ -59,6 +59,9 @@ type NetConf struct {
 	// multi-queue TAP without the flag gets EINVAL.
 	TapMultiQueue bool `json:"tapMultiQueue,omitempty"`
 	DNS           DNS  `json:"dns,omitzero"`
+	// AntiSpoof keeps each attachment to its own MAC and address on the
+	// bridge (internal/antispoof). On unless set to false.
+	AntiSpoof *bool `json:"antiSpoof,omitempty"`
 	// LeaseTime is the DHCP lease time vmlaned hands VMs of this network,
 	// as a Go duration ("1h") or seconds.
 	LeaseTime json.RawMessage `json:"leaseTime,omitempty"`
@@ -90,6 +93,8 @@ type Attachment struct {
 // Config is a NetConf checked and with its defaults applied.
 type Config struct {
 	NetConf
+	// Guard is AntiSpoof with its default applied.
+	Guard        bool
 	SubnetPrefix netip.Prefix
 	GatewayAddr  netip.Addr
 	Exclude      leases.Pool
@@ -129,6 +134,7 @@ func ParseConfig(stdin []byte, defaultMTU func() int) (*Config, error) {
 	if c.TapName == "" {
 		c.TapName = DefaultTapName
 	}
+	c.Guard = c.AntiSpoof == nil || *c.AntiSpoof
 	if err := checkIfName("tapName", c.TapName); err != nil {
 		return nil, err
 	}

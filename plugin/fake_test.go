@@ -4,7 +4,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"github.com/vmlane/vmlane/internal/bridge"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/vmlane/vmlane/internal/antispoof"
+	"github.com/vmlane/vmlane/internal/bridge"
 )
 
 // fakeDataplane is a recording fake of the dataplane interface. It keeps a
@@ -32,6 +34,8 @@ type fakeDataplane struct {
 	forwarding bool
 	netns      map[string]bool // pod netns paths that exist
 	links      map[fakeLinkKey]*fakeLink
+	guards     map[string]antispoof.Port // by port name
+	guardErr   error                     // what Guard returns, if set
 	calls      []string
 	counts     map[string]int
 	faults     map[string]*fakeFault
@@ -328,6 +332,46 @@ func (f *fakeDataplane) SetupTap(netns, tap, podIf string, mtu int, multiQueue b
 	return Link{Name: tap, MTU: mtu, Sandbox: netns}, nil
 }
 
+func (f *fakeDataplane) Guard(p antispoof.Port) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	before, after := f.enterLocked("Guard", p.String())
+	if before != nil {
+		return before
+	}
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	if f.guardErr != nil {
+		return f.guardErr
+	}
+	if f.guards == nil {
+		f.guards = map[string]antispoof.Port{}
+	}
+	f.guards[p.Name] = p
+	return after
+}
+
+func (f *fakeDataplane) Unguard(port string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	before, after := f.enterLocked("Unguard", port)
+	if before != nil {
+		return before
+	}
+	delete(f.guards, port)
+	return after
+}
+
+func (f *fakeDataplane) Guarded() ([]antispoof.Port, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if before, _ := f.enterLocked("Guarded"); before != nil {
+		return nil, before
+	}
+	return slices.Collect(maps.Values(f.guards)), nil
+}
+
 func (f *fakeDataplane) DeleteHostLink(name string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -497,6 +541,9 @@ func (f *fakeDataplane) state() []string {
 		if l.redirect != "" {
 			out = append(out, tc+"filter add dev "+k.name+" ingress prio 1 protocol all u32 match u32 0 0 action mirred egress redirect dev "+l.redirect)
 		}
+	}
+	for _, p := range f.guards {
+		out = append(out, fmt.Sprintf("nft add element bridge vmlane addrs { %s . %s . %s }", p.Name, p.MAC, p.IP))
 	}
 	slices.Sort(out)
 	return out

@@ -16,6 +16,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
+	"github.com/vmlane/vmlane/internal/antispoof"
 	"github.com/vmlane/vmlane/internal/bridge"
 	"golang.org/x/sys/unix"
 )
@@ -339,3 +340,7 @@ func deleteGroup(links []netlink.Link) bool {
 }
 
 func (netlinkDataplane) BridgeStatus(name string) error { return bridge.Status(name) }
+
+func (netlinkDataplane) Guard(p antispoof.Port) error       { return antispoof.Table{}.Add(p) }
+func (netlinkDataplane) Unguard(port string) error          { return antispoof.Table{}.Remove(port) }
+func (netlinkDataplane) Guarded() ([]antispoof.Port, error) { return antispoof.Table{}.Ports() }

@@ -5,6 +5,8 @@ package plugin
 import (
 	"errors"
 	"net/netip"
+
+	"github.com/vmlane/vmlane/internal/antispoof"
 )
 
 // errUnsupported: the CNI plugin drives Linux bridges, veths and TAPs. On
@@ -36,3 +38,6 @@ func (unsupported) DeleteNetnsLinks(string, ...string) error { return errUnsuppo
 func (unsupported) Check(string, Attached, netip.Prefix) error {
 	return errUnsupported
 }
+func (unsupported) Guard(antispoof.Port) error         { return errUnsupported }
+func (unsupported) Unguard(string) error               { return errUnsupported }
+func (unsupported) Guarded() ([]antispoof.Port, error) { return nil, errUnsupported }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
+	"github.com/vmlane/vmlane/internal/antispoof"
 	"github.com/vmlane/vmlane/internal/bridge"
 	"github.com/vmlane/vmlane/leases"
 )
@@ -55,6 +57,12 @@ type dataplane interface {
 	Check(netns string, want Attached, addr netip.Prefix) error
 	// BridgeStatus returns an error unless the bridge exists and is up.
 	BridgeStatus(name string) error
+	// Guard makes p the only identity its port may send as; it works
+	// before the port exists. Unguard removes a port's identity (none is
+	// success), and Guarded lists the ports that have one.
+	Guard(p antispoof.Port) error
+	Unguard(port string) error
+	Guarded() ([]antispoof.Port, error)
 }
 
 var errNoNetns = errors.New("no such network namespace")
@@ -173,6 +181,21 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 				return fmt.Errorf("removing stale %s: %w", c.TapName, err)
 			}
 		}
+		// The port's identity goes in before the port joins the bridge,
+		// so none of its frames passes unchecked.
+		// The undo is registered first: Guard can fail after writing.
+		if c.Guard {
+			defer func() {
+				if !success {
+					if uerr := p.dp.Unguard(hostIf); uerr != nil {
+						log.Error("removing anti-spoofing after failed ADD", "port", hostIf, "err", uerr)
+					}
+				}
+			}()
+			if err := guard(p.dp, hostIf, lease); err != nil {
+				return err
+			}
+		}
 		podMAC := lease.MAC
 		if c.VM {
 			podMAC = "" // the guest's MAC must appear on the wire only once
@@ -209,6 +232,22 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		log.Info("attached", "ip", lease.IP, "mac", lease.MAC, "hostVeth", hostIf, "vm", c.VM, "retried", retried)
 		return types.PrintResult(BuildResult(c, a, lease.IP), c.CNIVersion)
 	})
+}
+
+// guard gives the port hostIf the lease's identity.
+func guard(dp dataplane, hostIf string, l leases.Lease) error {
+	mac, err := net.ParseMAC(l.MAC)
+	if err != nil {
+		return fmt.Errorf("lease MAC %q: %w", l.MAC, err)
+	}
+	err = dp.Guard(antispoof.Port{Name: hostIf, MAC: mac, IP: l.IP})
+	if errors.Is(err, antispoof.ErrNoKernelSupport) {
+		return configError("antiSpoof", true, err.Error()+`; load nf_tables and nft_meta_bridge, or set "antiSpoof": false (see the README's security model)`)
+	}
+	if err != nil {
+		return fmt.Errorf("anti-spoofing for %s: %w", hostIf, err)
+	}
+	return nil
 }
 
 // storeError turns lease store errors into CNI errors: a full subnet is
@@ -249,6 +288,12 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		}
 		if err := p.dp.DeleteHostLink(HostVethName(key)); err != nil {
 			errs = append(errs, err)
+		}
+		// After the link: a port that still exists stays checked.
+		if c.Guard {
+			if err := p.dp.Unguard(HostVethName(key)); err != nil {
+				errs = append(errs, err)
+			}
 		}
 		if err := errors.Join(errs...); err != nil {
 			return err
@@ -343,8 +388,32 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 		if want.Tap != nil && l.MAC != want.Tap.MAC {
 			return fmt.Errorf("lease of %s has MAC %s, the result says %s", key, l.MAC, want.Tap.MAC)
 		}
+		if c.Guard {
+			if err := checkGuard(p.dp, want.HostVeth.Name, l); err != nil {
+				return err
+			}
+		}
 		return p.dp.Check(args.Netns, want, addr)
 	})
+}
+
+// checkGuard reports a port whose anti-spoofing identity is not exactly
+// its lease's.
+func checkGuard(dp dataplane, port string, l leases.Lease) error {
+	ports, err := dp.Guarded()
+	if err != nil {
+		return fmt.Errorf("reading anti-spoofing ports: %w", err)
+	}
+	var got []string
+	for _, p := range ports {
+		if p.Name == port {
+			got = append(got, p.MAC.String()+" "+p.IP.String())
+		}
+	}
+	if want := l.MAC + " " + l.IP.String(); len(got) != 1 || got[0] != want {
+		return fmt.Errorf("anti-spoofing lets port %s send as %q, want exactly %q", port, got, want)
+	}
+	return nil
 }
 
 // expectedFromResult reads back what ADD reported.
@@ -437,7 +506,11 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 		}
 		var errs []error
 		for _, l := range stale {
-			if err := p.dp.DeleteHostLink(HostVethName(l.Key())); err != nil {
+			err := p.dp.DeleteHostLink(HostVethName(l.Key()))
+			if err == nil && c.Guard {
+				err = p.dp.Unguard(HostVethName(l.Key()))
+			}
+			if err != nil {
 				// Keep the lease while its link may still answer for
 				// the address, as DEL does; the next GC tries again.
 				errs = append(errs, err)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/types/create"
 	"github.com/google/go-cmp/cmp"
+	"github.com/vmlane/vmlane/internal/antispoof"
 	"github.com/vmlane/vmlane/leases"
 )
 
@@ -230,9 +232,15 @@ var bridgeState = []string{
 	"sysctl -w net.ipv4.ip_forward=1",
 }
 
+// guardState is the anti-spoofing entry of attachment id.
+func guardState(id, mac, ip string) string {
+	return "nft add element bridge vmlane addrs { {veth:" + id + "} . " + mac + " . " + ip + " }"
+}
+
 func plainState(id, ip string) []string {
 	ns := "/run/netns/" + id
 	return []string{
+		guardState(id, DeriveMAC(netip.MustParseAddr(ip)), ip),
 		"ip link add {veth:" + id + "} type veth peer name eth0 netns " + ns,
 		"ip link set {veth:" + id + "} master vmlane0 mtu 1500 up",
 		"ip -n " + ns + " link set eth0 address " + DeriveMAC(netip.MustParseAddr(ip)) + " mtu 1500 up",
@@ -241,9 +249,11 @@ func plainState(id, ip string) []string {
 	}
 }
 
-func vmState(id string) []string {
+// vmState is VM attachment id's state; mac is its guest's (and lease's).
+func vmState(id, ip, mac string) []string {
 	ns := "/run/netns/" + id
 	return []string{
+		guardState(id, mac, ip),
 		"ip link add {veth:" + id + "} type veth peer name eth0 netns " + ns,
 		"ip link set {veth:" + id + "} master vmlane0 mtu 1500 up",
 		"ip -n " + ns + " link set eth0 mtu 1500 addrgenmode none up",
@@ -310,7 +320,7 @@ func TestPluginAdd(t *testing.T) {
 	t.Run("vm", func(t *testing.T) {
 		h := newHarness(t, map[string]any{"vm": true})
 		r := h.mustAdd(a, nil)
-		h.wantState(concat(bridgeState, vmState("a")))
+		h.wantState(concat(bridgeState, vmState("a", "10.244.3.2", "02:76:0a:f4:03:02")))
 		h.wantLeases("10.244.3.2 mac=02:76:0a:f4:03:02 reserved cni attachment=a/eth0 netns=/run/netns/a pod=default/web-0 uid=uid-a hostname=web-0")
 		want := []string{
 			"vmlane0 02:76:0a:f4:03:01 ",
@@ -405,6 +415,9 @@ func TestPluginAddUndo(t *testing.T) {
 		{step: "SetupTap", vm: true},
 		{step: "SetupTap", vm: true, partial: true},
 		{step: "DeleteHostLink"}, // removing a stale veth
+		{step: "Guard"},
+		{step: "Guard", partial: true},
+		{step: "Guard", vm: true, partial: true},
 	}
 	for _, tc := range tests {
 		name := modeName(tc.vm) + "/" + tc.step
@@ -451,7 +464,7 @@ func TestPluginAddUndo(t *testing.T) {
 // TestPluginAddUndoFreshNode: a failing first ADD on a node may leave the
 // bridge (shared by every pod) but nothing of the attachment.
 func TestPluginAddUndoFreshNode(t *testing.T) {
-	for _, step := range []string{"EnsureBridge", "EnableForwarding", "SetupVeth", "ConfigureAddress", "SetupTap"} {
+	for _, step := range []string{"EnsureBridge", "EnableForwarding", "Guard", "SetupVeth", "ConfigureAddress", "SetupTap"} {
 		for _, partial := range []bool{false, true} {
 			vm := step == "SetupTap"
 			t.Run(fmt.Sprintf("%s/partial=%v", step, partial), func(t *testing.T) {
@@ -529,7 +542,7 @@ func TestPluginAddAfterInterruptedAdd(t *testing.T) {
 			r := h.mustAdd(a, nil)
 			want := concat(bridgeState, plainState("a", "10.244.3.2"))
 			if vm {
-				want = concat(bridgeState, vmState("a"))
+				want = concat(bridgeState, vmState("a", "10.244.3.2", "02:76:0a:f4:03:02"))
 			}
 			h.wantState(want)
 			h.wantLeases("10.244.3.2 mac=02:76:0a:f4:03:02 reserved cni attachment=a/eth0 netns=/run/netns/a")
@@ -548,6 +561,7 @@ func TestPluginAddRetriedFails(t *testing.T) {
 		vm   bool
 	}{
 		{"DeleteHostLink", false},
+		{"Guard", false},
 		{"SetupVeth", false},
 		{"ConfigureAddress", false},
 		{"DeleteNetnsLinks", true},
@@ -804,12 +818,12 @@ func TestPluginGC(t *testing.T) {
 	if err := h.other("GC", h.p.GC, attachment{}, gcConf(b)); err != nil {
 		t.Fatal(err)
 	}
-	h.wantState(concat(bridgeState, vmState("b")))
+	h.wantState(concat(bridgeState, vmState("b", "10.244.3.3", "02:76:0a:f4:03:03")))
 	h.wantLeases(
 		"10.244.3.3 mac=02:76:0a:f4:03:03 reserved cni attachment=b/eth0 netns=/run/netns/b",
 		"10.244.3.99 mac=02:00:00:00:00:99 reserved dhcp",
 	)
-	wantCalls := []string{"DeleteHostLink(" + a.veth() + ")", "DeleteHostLink(" + c.veth() + ")"}
+	wantCalls := []string{"DeleteHostLink(" + a.veth() + ")", "DeleteHostLink(" + c.veth() + ")", "Unguard(" + a.veth() + ")", "Unguard(" + c.veth() + ")"}
 	slices.Sort(wantCalls)
 	if diff := cmp.Diff(wantCalls, slices.Sorted(slices.Values(h.dp.callLog()[calls:]))); diff != "" {
 		t.Errorf("GC's dataplane calls (-want +got):\n%s", diff)
@@ -1066,7 +1080,7 @@ func TestPluginRequested(t *testing.T) {
 		if tap := r.Interfaces[ifTap]; tap.Mac != "0a:58:0a:f4:03:07" {
 			t.Errorf("TAP entry %+v, want the requested MAC", tap)
 		}
-		h.wantState(concat(bridgeState, vmState("a")))
+		h.wantState(concat(bridgeState, vmState("a", "10.244.3.2", "0a:58:0a:f4:03:07")))
 		h.wantLeases("10.244.3.2 mac=0a:58:0a:f4:03:07 reserved cni attachment=a/eth0 netns=/run/netns/a")
 	})
 	t.Run("mac and ip plain", func(t *testing.T) {
@@ -1183,6 +1197,81 @@ func TestPluginCheck(t *testing.T) {
 			})
 		}
 	}
+}
+
+func TestPluginAntiSpoof(t *testing.T) {
+	t.Run("off", func(t *testing.T) {
+		h := newHarness(t, map[string]any{"antiSpoof": false})
+		a := att("a")
+		out, err := h.add(a, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := plainState("a", "10.244.3.2")[1:] // no guard line
+		h.wantState(concat(bridgeState, want))
+		var prev map[string]any
+		if err := json.Unmarshal([]byte(out), &prev); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.other("CHECK", h.p.Check, a, map[string]any{"prevResult": prev}); err != nil {
+			t.Errorf("CHECK with anti-spoofing off: %v", err)
+		}
+		if err := h.del(a, nil); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range h.dp.callLog() {
+			if strings.Contains(c, "uard") {
+				t.Errorf("anti-spoofing off, yet the plugin called %s", c)
+			}
+		}
+	})
+	t.Run("check", func(t *testing.T) {
+		h := newHarness(t, map[string]any{"vm": true})
+		a := att("a")
+		out, err := h.add(a, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var prev map[string]any
+		if err := json.Unmarshal([]byte(out), &prev); err != nil {
+			t.Fatal(err)
+		}
+		check := func() error { return h.other("CHECK", h.p.Check, a, map[string]any{"prevResult": prev}) }
+		if err := check(); err != nil {
+			t.Fatalf("CHECK after ADD: %v", err)
+		}
+		mac, _ := net.ParseMAC("02:76:0a:f4:03:09")
+		for name, change := range map[string]func() error{
+			"removed": func() error { return h.dp.Unguard(a.veth()) },
+			"other address": func() error {
+				return h.dp.Guard(antispoof.Port{Name: a.veth(), MAC: mac, IP: netip.MustParseAddr("10.244.3.9")})
+			},
+		} {
+			if err := change(); err != nil {
+				t.Fatal(err)
+			}
+			if err := check(); err == nil || !strings.Contains(err.Error(), "anti-spoofing") {
+				t.Errorf("CHECK with the port's anti-spoofing %s = %v, want it named", name, err)
+			}
+		}
+		if err := h.del(a, nil); err != nil {
+			t.Fatal(err)
+		}
+		h.wantState(expand(bridgeState...))
+	})
+	t.Run("no kernel support", func(t *testing.T) {
+		h := newHarness(t, nil)
+		h.dp.guardErr = antispoof.ErrNoKernelSupport
+		_, err := h.add(att("a"), nil)
+		wantCode(t, err, types.ErrInvalidNetworkConfig, "antiSpoof", "nftables", `"antiSpoof": false`)
+		h.wantState(expand(bridgeState...))
+		h.wantLeases()
+	})
+	t.Run("not a bool", func(t *testing.T) {
+		h := newHarness(t, map[string]any{"antiSpoof": "yes"})
+		_, err := h.add(att("a"), nil)
+		wantCode(t, err, types.ErrDecodingFailure, "antiSpoof")
+	})
 }
 
 // TestPluginReplay runs shuffled ADD/DEL sequences over 20 attachments,
