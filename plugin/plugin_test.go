@@ -1158,6 +1158,21 @@ func TestPluginRequestedMACInDerivedRange(t *testing.T) {
 	}
 }
 
+// addForCheck runs ADD, which must succeed, and returns a CHECK of its
+// result.
+func (h *harness) addForCheck(a attachment) func() error {
+	h.t.Helper()
+	out, err := h.add(a, nil)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var prev map[string]any
+	if err := json.Unmarshal([]byte(out), &prev); err != nil {
+		h.t.Fatal(err)
+	}
+	return func() error { return h.other("CHECK", h.p.Check, a, map[string]any{"prevResult": prev}) }
+}
+
 // TestPluginCheck: CHECK accepts what ADD built, given ADD's result, and
 // reports what went missing since.
 func TestPluginCheck(t *testing.T) {
@@ -1166,17 +1181,7 @@ func TestPluginCheck(t *testing.T) {
 			t.Run(modeName(vm)+"-"+v, func(t *testing.T) {
 				h := newHarness(t, map[string]any{"vm": vm, "cniVersion": v})
 				a := att("a")
-				out, err := h.add(a, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var prev map[string]any
-				if err := json.Unmarshal([]byte(out), &prev); err != nil {
-					t.Fatal(err)
-				}
-				check := func() error {
-					return h.other("CHECK", h.p.Check, a, map[string]any{"prevResult": prev})
-				}
+				check := h.addForCheck(a)
 				if err := check(); err != nil {
 					t.Fatalf("CHECK after ADD: %v", err)
 				}
@@ -1203,17 +1208,10 @@ func TestPluginAntiSpoof(t *testing.T) {
 	t.Run("off", func(t *testing.T) {
 		h := newHarness(t, map[string]any{"antiSpoof": false})
 		a := att("a")
-		out, err := h.add(a, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		check := h.addForCheck(a)
 		want := plainState("a", "10.244.3.2")[1:] // no guard line
 		h.wantState(concat(bridgeState, want))
-		var prev map[string]any
-		if err := json.Unmarshal([]byte(out), &prev); err != nil {
-			t.Fatal(err)
-		}
-		if err := h.other("CHECK", h.p.Check, a, map[string]any{"prevResult": prev}); err != nil {
+		if err := check(); err != nil {
 			t.Errorf("CHECK with anti-spoofing off: %v", err)
 		}
 		if err := h.del(a, nil); err != nil {
@@ -1228,15 +1226,7 @@ func TestPluginAntiSpoof(t *testing.T) {
 	t.Run("check", func(t *testing.T) {
 		h := newHarness(t, map[string]any{"vm": true})
 		a := att("a")
-		out, err := h.add(a, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var prev map[string]any
-		if err := json.Unmarshal([]byte(out), &prev); err != nil {
-			t.Fatal(err)
-		}
-		check := func() error { return h.other("CHECK", h.p.Check, a, map[string]any{"prevResult": prev}) }
+		check := h.addForCheck(a)
 		if err := check(); err != nil {
 			t.Fatalf("CHECK after ADD: %v", err)
 		}
