@@ -264,7 +264,7 @@ func fold(key string, names ...string) string {
 
 var (
 	fileKeys  = []string{"version", "node", "subnet", "gateway", "lastReserved", "leases"}
-	leaseKeys = []string{"mac", "ip", "state", "source", "containerID", "ifname", "netns", "pod", "hostname", "created", "expires"}
+	leaseKeys = []string{"mac", "ip", "state", "source", "containerID", "ifname", "netns", "bridgePort", "pod", "hostname", "created", "expires"}
 	podKeys   = []string{"namespace", "name", "uid"}
 )
 
@@ -366,6 +366,8 @@ func (d *decoder) lease(l *Lease) error {
 			return d.strField(&l.IfName, "ifname")
 		case "netns":
 			return d.strField(&l.NetNS, "netns")
+		case "bridgePort":
+			return d.strField(&l.BridgePort, "bridgePort")
 		case "hostname":
 			return d.strField(&l.Hostname, "hostname")
 		case "created":

@@ -59,7 +59,7 @@ func appendLease(b []byte, l *Lease) []byte {
 	b = appendField(b, false, "source")
 	b = appendString(b, string(l.Source))
 	for _, f := range [...]struct{ name, v string }{
-		{"containerID", l.ContainerID}, {"ifname", l.IfName}, {"netns", l.NetNS},
+		{"containerID", l.ContainerID}, {"ifname", l.IfName}, {"netns", l.NetNS}, {"bridgePort", l.BridgePort},
 	} {
 		if f.v != "" {
 			b = appendField(b, false, f.name)

@@ -69,8 +69,13 @@ type Lease struct {
 	ContainerID string     `json:"containerID,omitempty"`
 	IfName      string     `json:"ifname,omitempty"`
 	NetNS       string     `json:"netns,omitempty"`
-	Pod         Pod        `json:"pod,omitzero"`
-	Hostname    string     `json:"hostname,omitempty"`
+	// BridgePort is the host end of the attachment's veth when
+	// anti-spoofing checks it: the node's daemon keeps that port's
+	// nftables entry in step with this lease. Empty when the network has
+	// "antiSpoof": false (or for a lease written before vmlane had it).
+	BridgePort string `json:"bridgePort,omitempty"`
+	Pod        Pod    `json:"pod,omitzero"`
+	Hostname   string `json:"hostname,omitempty"`
 	// Created is zero only for leases read from bootpd's file.
 	Created time.Time `json:"created,omitzero"`
 	// Expires is zero for a CNI reservation that no DHCP client has bound:

@@ -40,10 +40,12 @@ type ReserveRequest struct {
 	// Exclude is a range that allocation skips (the CNI plugin keeps out
 	// of the DHCP dynamic range); zero excludes nothing. A requested IP in
 	// it is still honoured.
-	Exclude  Pool
-	NetNS    string
-	Pod      Pod
-	Hostname string
+	Exclude Pool
+	NetNS   string
+	// BridgePort is the attachment's anti-spoofed bridge port, if any.
+	BridgePort string
+	Pod        Pod
+	Hostname   string
 	// Expires is zero for a reservation held until released (CNI). A DHCP
 	// offer sets it to the offer's lifetime.
 	Expires time.Time
@@ -180,6 +182,7 @@ func (tx *Tx) Reserve(req ReserveRequest) (Lease, error) {
 		ContainerID: req.Key.ContainerID,
 		IfName:      req.Key.IfName,
 		NetNS:       req.NetNS,
+		BridgePort:  req.BridgePort,
 		Pod:         req.Pod,
 		Hostname:    req.Hostname,
 		Created:     tx.now,

@@ -138,19 +138,25 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		}
 
 		key := leases.Key{ContainerID: args.ContainerID, IfName: args.IfName}
+		hostIf := HostVethName(key)
+		var port string // recorded so vmlaned keeps the port checked
+		if c.Guard {
+			port = hostIf
+		}
 		_, retried, err := store.Get(key)
 		if err != nil {
 			return storeError(err)
 		}
 		lease, err := store.Reserve(leases.ReserveRequest{
-			Key:      key,
-			IP:       c.IP,
-			MAC:      c.MAC,
-			MACFor:   DeriveMAC,
-			Exclude:  c.Exclude,
-			NetNS:    args.Netns,
-			Pod:      pod,
-			Hostname: pod.Name,
+			Key:        key,
+			IP:         c.IP,
+			MAC:        c.MAC,
+			MACFor:     DeriveMAC,
+			Exclude:    c.Exclude,
+			NetNS:      args.Netns,
+			BridgePort: port,
+			Pod:        pod,
+			Hostname:   pod.Name,
 		})
 		if err != nil {
 			return storeError(err)
@@ -166,7 +172,6 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 			}
 		}()
 
-		hostIf := HostVethName(key)
 		// A retried ADD (or one after an ADD killed halfway, which left its
 		// reservation) replaces what the earlier one left: the veth (its
 		// pod end goes with it) and the TAP, which outlives the veth. The

@@ -1211,6 +1211,9 @@ func TestPluginAntiSpoof(t *testing.T) {
 		check := h.addForCheck(a)
 		want := plainState("a", "10.244.3.2")[1:] // no guard line
 		h.wantState(concat(bridgeState, want))
+		if l, _ := h.leaseOf(a); l.BridgePort != "" {
+			t.Errorf("lease names bridge port %q with anti-spoofing off", l.BridgePort)
+		}
 		if err := check(); err != nil {
 			t.Errorf("CHECK with anti-spoofing off: %v", err)
 		}
@@ -1229,6 +1232,9 @@ func TestPluginAntiSpoof(t *testing.T) {
 		check := h.addForCheck(a)
 		if err := check(); err != nil {
 			t.Fatalf("CHECK after ADD: %v", err)
+		}
+		if l, _ := h.leaseOf(a); l.BridgePort != a.veth() {
+			t.Errorf("lease names bridge port %q, want %s", l.BridgePort, a.veth())
 		}
 		mac, _ := net.ParseMAC("02:76:0a:f4:03:09")
 		for name, change := range map[string]func() error{

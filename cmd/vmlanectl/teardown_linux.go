@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/vmlane/vmlane/internal/antispoof"
 	"github.com/vmlane/vmlane/internal/bridge"
 	"github.com/vmlane/vmlane/plugin"
 	"github.com/vmlane/vmlane/routes"
@@ -15,14 +16,14 @@ import (
 
 // teardown removes everything vmlane installed on this node, and nothing
 // else: routes with vmlane's protocol, vmlane's iptables chains and jumps,
-// the conflists vmlaned wrote, and the bridge (which takes the host ends of
+// the conflists vmlaned wrote, the anti-spoofing table, and the bridge (which takes the host ends of
 // any remaining pod veths with it). Leases are kept: they are the record
 // of which pod had which address.
 func teardown(w io.Writer, o teardownOpts) error {
 	if o.dryRun {
-		fmt.Fprintf(w, "would remove: routes with protocol %d, iptables chains %s and %s with their jumps, %s, %s, bridge %s\n",
+		fmt.Fprintf(w, "would remove: routes with protocol %d, iptables chains %s and %s with their jumps, %s, %s, nftables table bridge %s, bridge %s\n",
 			o.protocol, routes.ChainNAT, routes.ChainForward, filepath.Join(o.cniConfDir, plugin.ConflistName),
-			filepath.Join(o.vmCNIConfDir, plugin.VMConflistName), o.bridge)
+			filepath.Join(o.vmCNIConfDir, plugin.VMConflistName), antispoof.TableName, o.bridge)
 		return nil
 	}
 	var errs []error
@@ -51,6 +52,11 @@ func teardown(w io.Writer, o teardownOpts) error {
 		case !errors.Is(err, fs.ErrNotExist):
 			errs = append(errs, err)
 		}
+	}
+	if err := (antispoof.Table{}).Delete(); err != nil {
+		errs = append(errs, err)
+	} else {
+		fmt.Fprintf(w, "removed nftables table bridge %s (if it existed)\n", antispoof.TableName)
 	}
 	if err := bridge.Delete(o.bridge); err != nil {
 		errs = append(errs, fmt.Errorf("deleting bridge %s: %w", o.bridge, err))

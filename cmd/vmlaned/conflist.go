@@ -38,6 +38,8 @@ type conflistParams struct {
 	Domain    string
 	Exclude   string // the DHCP dynamic range, kept out of CNI allocation
 	VM        bool
+	// NoAntiSpoof writes "antiSpoof": false (--anti-spoof=false).
+	NoAntiSpoof bool
 	// CNIVersion pins the conflist's cniVersion; "" (--cni-version=auto)
 	// writes compatVersion with cniVersions naming every version vmlane
 	// prefers, so each runtime takes the newest its libcni knows.
@@ -90,6 +92,9 @@ func renderConflist(p conflistParams) ([]byte, error) {
 	}
 	if p.Exclude != "" {
 		plugin["excludeRange"] = p.Exclude
+	}
+	if p.NoAntiSpoof {
+		plugin["antiSpoof"] = false
 	}
 	name := "vmlane"
 	if p.VM {

@@ -43,6 +43,7 @@ func run(ctx context.Context, c *config, log *slog.Logger) error {
 			return err
 		}
 		defer flush()
+		go runAntiSpoof(ctx, c.LeaseFile, c.AntiSpoofPeriod, newAntiSpoofMetrics(reg), log)
 		h.ready.Store(true)
 		newConflistWatch(c).run(ctx, c.Resync, log, func(string) {})
 		return nil
@@ -72,6 +73,7 @@ func run(ctx context.Context, c *config, log *slog.Logger) error {
 		return err
 	}
 	defer flush()
+	go runAntiSpoof(ctx, c.LeaseFile, c.AntiSpoofPeriod, newAntiSpoofMetrics(reg), log)
 
 	recorder, stopEvents := eventRecorder(ctx, client, c.NodeName)
 	defer stopEvents()
@@ -145,7 +147,7 @@ func setupNode(c *config, subnet netip.Prefix, log *slog.Logger) (int, error) {
 	ensureForwarding(subnet, log)
 	for _, vm := range []bool{false, true} {
 		p := conflistParams{Bridge: c.Bridge, Subnet: subnet, Gateway: gw, MTU: mtu, LeaseFile: c.LeaseFile,
-			LeaseTime: c.LeaseTime, DNS: c.DNS, Search: c.Search, Domain: c.Domain, VM: vm, Exclude: c.DHCPRangeText, CNIVersion: c.CNIVersion}
+			LeaseTime: c.LeaseTime, DNS: c.DNS, Search: c.Search, Domain: c.Domain, VM: vm, Exclude: c.DHCPRangeText, CNIVersion: c.CNIVersion, NoAntiSpoof: !c.AntiSpoof}
 		data, err := renderConflist(p)
 		if err != nil {
 			return 0, err

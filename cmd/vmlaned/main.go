@@ -45,6 +45,10 @@ type config struct {
 	RouteProtocol int
 	Resync        time.Duration
 	Masquerade    bool
+	// AntiSpoof is written into the conflists; AntiSpoofPeriod is how
+	// often the anti-spoofing table is checked against the lease file.
+	AntiSpoof       bool
+	AntiSpoofPeriod time.Duration
 	CNIConfDir    string
 	// VMCNIConfDir is where the VM conflist goes (CNIConfDir if empty):
 	// a folder of its own lets a CRI runtime handler for VM pods use it
@@ -88,6 +92,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.RouteProtocol, "route-protocol", routes.DefaultProtocol, "route protocol number that marks vmlane's routes")
 	fs.DurationVar(&c.Resync, "resync-period", 30*time.Second, "how often routes and rules are checked without events")
 	fs.BoolVar(&c.Masquerade, "masquerade", true, "masquerade pod traffic that leaves the pod network")
+	fs.BoolVar(&c.AntiSpoof, "anti-spoof", true, "keep each pod and VM to its own MAC and address on the bridge (written into the conflists as \"antiSpoof\")")
+	fs.DurationVar(&c.AntiSpoofPeriod, "anti-spoof-period", 5*time.Second, "how often the anti-spoofing table is checked and repaired")
 	fs.StringVar(&c.CNIConfDir, "cni-conf-dir", plugin.DefaultConfDir, "where the CNI conflists are written")
 	fs.StringVar(&c.VMCNIConfDir, "vm-cni-conf-dir", "", "where the VM pods' conflist is written, for a CRI runtime handler of VM pods (default: --cni-conf-dir)")
 	fs.StringVar(&cniVersion, "cni-version", autoCNIVersion, "cniVersion of the conflists: auto (1.0.0 for containerd 1.x, 1.1.0 for runtimes that read cniVersions) or one of "+strings.Join(plugin.SupportedVersions.SupportedVersions(), ", "))
@@ -150,6 +156,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	}
 	if c.Resync < time.Second {
 		return nil, fmt.Errorf("invalid --resync-period %s: want 1s or more", c.Resync)
+	}
+	if c.AntiSpoofPeriod < 100*time.Millisecond {
+		return nil, fmt.Errorf("invalid --anti-spoof-period %s: want 100ms or more", c.AntiSpoofPeriod)
 	}
 	if c.MTU != 0 && (c.MTU < 576 || c.MTU > 65535) {
 		return nil, fmt.Errorf("invalid --mtu %d: want 576-65535", c.MTU)

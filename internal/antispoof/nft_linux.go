@@ -96,7 +96,7 @@ func queueEnsure(c *nftables.Conn) error {
 
 func flush(c *nftables.Conn, what string) error {
 	if err := c.Flush(); err != nil {
-		if errors.Is(err, syscall.EAFNOSUPPORT) || errors.Is(err, syscall.EOPNOTSUPP) {
+		if unsupported(err) {
 			return fmt.Errorf("%w (%s: %v)", ErrNoKernelSupport, what, err)
 		}
 		return fmt.Errorf("antispoof: %s: %w", what, err)
@@ -221,7 +221,7 @@ func (t Table) Delete() error {
 	}
 	defer done()
 	if _, err := c.ListTableOfFamily(TableName, nftables.TableFamilyBridge); err != nil {
-		if isNotExist(err) {
+		if isNotExist(err) || unsupported(err) {
 			return nil
 		}
 		return fmt.Errorf("antispoof: looking up table bridge %s: %w", TableName, err)
@@ -251,12 +251,18 @@ func (t Table) retry(fn func(c *nftables.Conn) error) error {
 
 func isNotExist(err error) bool { return errors.Is(err, syscall.ENOENT) }
 
+// unsupported reports an error of a kernel without nftables (or without
+// its bridge family), where there can be no table to read or remove.
+func unsupported(err error) bool {
+	return errors.Is(err, syscall.EAFNOSUPPORT) || errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.EPROTONOSUPPORT)
+}
+
 // portsIn reads the ports from the addrs set; a missing table or set has
 // none.
 func portsIn(c *nftables.Conn) ([]Port, error) {
 	s, err := c.GetSetByName(table, setAddrs)
 	if err != nil {
-		if isNotExist(err) {
+		if isNotExist(err) || unsupported(err) {
 			return nil, nil
 		}
 		return nil, fmt.Errorf("antispoof: reading set %s: %w", setAddrs, err)

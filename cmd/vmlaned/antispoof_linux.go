@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vmlane/vmlane/internal/antispoof"
+	"github.com/vmlane/vmlane/leases"
+)
+
+// antiSpoofMetrics count what the anti-spoofing loop did.
+type antiSpoofMetrics struct {
+	repairs, syncErrors prometheus.Counter
+	ports               prometheus.Gauge
+}
+
+func newAntiSpoofMetrics(reg prometheus.Registerer) *antiSpoofMetrics {
+	m := &antiSpoofMetrics{
+		repairs:    prometheus.NewCounter(prometheus.CounterOpts{Name: "vmlane_antispoof_repairs_total", Help: "Times the anti-spoofing table was found changed or missing and written again."}),
+		syncErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "vmlane_antispoof_sync_errors_total", Help: "Anti-spoofing syncs that failed."}),
+		ports:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "vmlane_antispoof_ports", Help: "Bridge ports anti-spoofing checks."}),
+	}
+	reg.MustRegister(m.repairs, m.syncErrors, m.ports)
+	return m
+}
+
+// guardedPorts is what the lease file says the anti-spoofing table must
+// hold: each CNI lease that names its bridge port. A lease whose MAC does
+// not parse is left out (and logged), never the whole sync.
+func guardedPorts(ls []leases.Lease, log *slog.Logger) []antispoof.Port {
+	var ports []antispoof.Port
+	for _, l := range ls {
+		if l.BridgePort == "" || l.Source != leases.SourceCNI {
+			continue
+		}
+		mac, err := net.ParseMAC(l.MAC)
+		p := antispoof.Port{Name: l.BridgePort, MAC: mac, IP: l.IP}
+		if err == nil {
+			err = p.Validate()
+		}
+		if err != nil {
+			log.Warn("lease names a bridge port it cannot be checked on", "ip", l.IP, "port", l.BridgePort, "err", err)
+			continue
+		}
+		ports = append(ports, p)
+	}
+	return ports
+}
+
+// syncAntiSpoof makes the table hold exactly the ports the lease file
+// names, and repairs it if someone changed it. With no port to check and
+// no table, it does nothing: a node whose pods all have anti-spoofing off
+// (or a kernel without nftables) never gets a table.
+func syncAntiSpoof(tb antispoof.Table, leaseFile string, m *antiSpoofMetrics, log *slog.Logger) error {
+	snap, err := leases.Read(leaseFile)
+	var ls []leases.Lease
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return err
+	default:
+		ls = snap.Leases()
+	}
+	want := guardedPorts(ls, log)
+	if len(want) == 0 {
+		have, err := tb.Ports()
+		if err != nil || len(have) == 0 {
+			m.ports.Set(0)
+			return err
+		}
+	}
+	ch, err := tb.Sync(want)
+	if err != nil {
+		return err
+	}
+	m.ports.Set(float64(len(want)))
+	if ch.Repaired != "" {
+		m.repairs.Inc()
+		log.Warn("anti-spoofing table was changed or removed; written again", "found", ch.Repaired)
+	}
+	for _, p := range ch.Added {
+		log.Info("anti-spoofing port added", "port", p.Name, "mac", p.MAC.String(), "ip", p.IP)
+	}
+	for _, p := range ch.Removed {
+		log.Info("anti-spoofing port removed", "port", p.Name, "mac", p.MAC.String(), "ip", p.IP)
+	}
+	return nil
+}
+
+// runAntiSpoof syncs at once and then every period until ctx ends. A
+// failure is logged once until a sync succeeds again.
+func runAntiSpoof(ctx context.Context, leaseFile string, period time.Duration, m *antiSpoofMetrics, log *slog.Logger) {
+	log = log.With("component", "antispoof")
+	t := time.NewTicker(period)
+	defer t.Stop()
+	failing := false
+	for {
+		err := syncAntiSpoof(antispoof.Table{}, leaseFile, m, log)
+		switch {
+		case err != nil:
+			m.syncErrors.Inc()
+			if !failing {
+				log.Error("anti-spoofing sync failed; retrying every period", "period", period, "err", err)
+			}
+			failing = true
+		case failing:
+			log.Info("anti-spoofing sync works again")
+			failing = false
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
