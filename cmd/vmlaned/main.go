@@ -49,7 +49,7 @@ type config struct {
 	// often the anti-spoofing table is checked against the lease file.
 	AntiSpoof       bool
 	AntiSpoofPeriod time.Duration
-	CNIConfDir    string
+	CNIConfDir      string
 	// VMCNIConfDir is where the VM conflist goes (CNIConfDir if empty):
 	// a folder of its own lets a CRI runtime handler for VM pods use it
 	// (containerd's per-runtime cni_conf_dir) while plain pods use the
