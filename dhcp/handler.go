@@ -394,3 +394,13 @@ func leaseEnd(now time.Time, d time.Duration) time.Time {
 	}
 	return end
 }
+
+// portOf returns the bridge port the lease of mac is checked on, where the
+// server sends its replies to mac: "" when it has none.
+func (h *Handler) portOf(mac net.HardwareAddr) string {
+	l, ok, err := h.alloc.Lookup(mac)
+	if err != nil || !ok {
+		return ""
+	}
+	return l.BridgePort
+}

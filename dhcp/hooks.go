@@ -21,6 +21,10 @@ const (
 	DropUnsupported = "unsupported"    // a message type a server does not handle
 	DropExhausted   = "pool_exhausted" // the dynamic range has no free address
 	DropDeclined    = "declined"       // the MAC's reserved address is quarantined after its DECLINE
+
+	DropRateLimitedOverflow = "rate_limited_overflow" // over the share of the clients past MaxClients (server only)
+	DropRateLimitedGlobal   = "rate_limited_global"   // over the server's GlobalRate (server only)
+	DropQueueFull           = "queue_full"            // every handler busy and the queue full (server only)
 )
 
 // Reasons for a DHCPNAK, passed to [Hooks.NAK].

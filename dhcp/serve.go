@@ -2,26 +2,47 @@ package dhcp
 
 import (
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
+
+	"github.com/vmlane/vmlane/internal/rawip"
 )
 
-// Per-MAC rate limit: a guest gets RateBurst packets at once and RateLimit
-// a second after that. A DHCP client sends a handful of packets per
+// Rate limits. A client gets RateBurst packets at once and RateLimit a
+// second after that; a DHCP client sends a handful of packets per
 // exchange with seconds of backoff (RFC 2131 §4.1), so only a broken or
-// hostile guest gets near it.
+// hostile guest gets near it. The server as a whole takes GlobalRate a
+// second (GlobalBurst at once): what a node booting hundreds of VMs at
+// once needs, and a bound on what any flood costs.
+//
+// A client is its chaddr. Anti-spoofing drops every DHCP message whose
+// chaddr is not its frame's source MAC, and every frame whose source MAC
+// is not its port's, so on checked ports a client is a bridge port. On
+// ports without anti-spoofing a guest can send any chaddr; then the
+// table of clients stops growing at MaxClients, and clients past it share
+// one bucket, so memory stays bounded whatever the flood.
 const (
-	RateLimit = 10
-	RateBurst = 20
+	RateLimit   = 10
+	RateBurst   = 20
+	GlobalRate  = 1000
+	GlobalBurst = 2000
+	MaxClients  = 4096
 )
 
-// rateLimiter is a token bucket per MAC. Not safe for concurrent use: the
-// server's read loop owns it.
+// rateLimiter is a token bucket per client, one shared by clients past
+// max, and a global one. Not safe for concurrent use: the server's read
+// loop owns it.
 type rateLimiter struct {
 	rate, burst float64
+	max         int
 	buckets     map[[6]byte]*bucket
+	overflow    bucket
+	global      bucket
+	globalRate  float64
+	globalBurst float64
 	lastSweep   time.Time
 }
 
@@ -30,13 +51,29 @@ type bucket struct {
 	last   time.Time
 }
 
-func newRateLimiter(rate, burst float64) *rateLimiter {
-	return &rateLimiter{rate: rate, burst: burst, buckets: map[[6]byte]*bucket{}}
+// take refills b for the time since its last use and takes a token.
+func (b *bucket) take(now time.Time, rate, burst float64) bool {
+	if b.last.IsZero() {
+		b.tokens = burst
+	} else {
+		b.tokens = min(burst, b.tokens+now.Sub(b.last).Seconds()*rate)
+	}
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
 }
 
-// allow takes a token from mac's bucket. Full buckets are swept once a
-// minute, so a flood of spoofed MACs costs memory for a minute at most.
-func (r *rateLimiter) allow(mac net.HardwareAddr, now time.Time) bool {
+func newRateLimiter(rate, burst float64) *rateLimiter {
+	return &rateLimiter{rate: rate, burst: burst, max: MaxClients, globalRate: GlobalRate, globalBurst: GlobalBurst,
+		buckets: map[[6]byte]*bucket{}}
+}
+
+// allow takes a token from mac's bucket and one from the global bucket,
+// and says why not when it cannot. Full buckets are swept once a minute.
+func (r *rateLimiter) allow(mac net.HardwareAddr, now time.Time) (ok bool, why string) {
 	if now.Sub(r.lastSweep) > time.Minute {
 		for k, b := range r.buckets {
 			if now.Sub(b.last).Seconds()*r.rate >= r.burst {
@@ -49,16 +86,22 @@ func (r *rateLimiter) allow(mac net.HardwareAddr, now time.Time) bool {
 	copy(k[:], mac)
 	b := r.buckets[k]
 	if b == nil {
-		b = &bucket{tokens: r.burst, last: now}
-		r.buckets[k] = b
+		b = &r.overflow
+		if len(r.buckets) < r.max {
+			b = &bucket{}
+			r.buckets[k] = b
+		}
 	}
-	b.tokens = min(r.burst, b.tokens+now.Sub(b.last).Seconds()*r.rate)
-	b.last = now
-	if b.tokens < 1 {
-		return false
+	if !b.take(now, r.rate, r.burst) {
+		if b == &r.overflow {
+			return false, DropRateLimitedOverflow
+		}
+		return false, DropRateLimited
 	}
-	b.tokens--
-	return true
+	if !r.global.take(now, r.globalRate, r.globalBurst) {
+		return false, DropRateLimitedGlobal
+	}
+	return true, ""
 }
 
 // replyAddr says where a reply goes, per RFC 2131 §4.1 ("If the 'giaddr'
@@ -88,6 +131,34 @@ func replyAddr(req, reply *dhcpv4.DHCPv4) *net.UDPAddr {
 		return &net.UDPAddr{IP: ip4(ci), Port: dhcpv4.ClientPort}
 	}
 	return &net.UDPAddr{IP: net.IPv4bcast, Port: dhcpv4.ClientPort}
+}
+
+// portRoute says where a reply sent out of the client's own bridge port
+// goes: the frame's destination MAC and the packet's destination address,
+// as RFC 2131 §4.1 has it for a server that can unicast to a client with
+// no address yet:
+//   - a DHCPNAK, or a request with the broadcast bit: 255.255.255.255 to
+//     ff:ff:ff:ff:ff:ff (which only this port receives);
+//   - ciaddr set (RENEWING, REBINDING, INFORM): to ciaddr at chaddr;
+//   - otherwise: to yiaddr at chaddr.
+//
+// ok is false for a request through a relay (giaddr set), which goes to
+// the relay through the stack.
+func portRoute(req, reply *dhcpv4.DHCPv4) (mac net.HardwareAddr, dst netip.Addr, ok bool) {
+	if addrOf(req.GatewayIPAddr).IsValid() {
+		return nil, netip.Addr{}, false
+	}
+	bcast := netip.AddrFrom4([4]byte{255, 255, 255, 255})
+	if reply.MessageType() == dhcpv4.MessageTypeNak || req.IsBroadcast() {
+		return rawip.Broadcast, bcast, true
+	}
+	if ci := addrOf(req.ClientIPAddr); ci.IsValid() {
+		return req.ClientHWAddr, ci, true
+	}
+	if yi := addrOf(reply.YourIPAddr); yi.IsValid() {
+		return req.ClientHWAddr, yi, true
+	}
+	return rawip.Broadcast, bcast, true
 }
 
 // macMutex serializes handling per MAC when packets are handled

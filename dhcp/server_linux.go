@@ -35,7 +35,13 @@ func Serve(ctx context.Context, iface string, h *Handler, log *slog.Logger) erro
 	if err != nil {
 		return fmt.Errorf("opening DHCP socket on %s: %w", iface, err)
 	}
-	return serveConn(ctx, conn, h, log)
+	ports, err := newPortSender(iface, h.cfg.ServerIP)
+	if err != nil {
+		conn.Close()
+		return fmt.Errorf("opening DHCP reply socket on %s: %w", iface, err)
+	}
+	defer ports.Close()
+	return serveConn(ctx, conn, ports, h, log)
 }
 
 type packet struct {
@@ -43,7 +49,10 @@ type packet struct {
 	from net.Addr
 }
 
-func serveConn(ctx context.Context, conn net.PacketConn, h *Handler, log *slog.Logger) error {
+// serveConn serves requests read from conn. Replies go out of the
+// client's own bridge port through ports when its lease names one (nil
+// ports: always conn).
+func serveConn(ctx context.Context, conn net.PacketConn, ports *portSender, h *Handler, log *slog.Logger) error {
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 
@@ -55,7 +64,7 @@ func serveConn(ctx context.Context, conn net.PacketConn, h *Handler, log *slog.L
 		go func() {
 			defer wg.Done()
 			for p := range queue {
-				serveOne(conn, h, log, &macs, p)
+				serveOne(conn, ports, h, log, &macs, p)
 			}
 		}()
 	}
@@ -85,26 +94,37 @@ func serveConn(ctx context.Context, conn net.PacketConn, h *Handler, log *slog.L
 			log.Debug("dropping unparsable packet", "from", from, "len", n, "err", err)
 			continue
 		}
-		if !limit.allow(req.ClientHWAddr, time.Now()) {
-			h.hooks.drop(DropRateLimited)
-			log.Debug("dropping packet over the per-MAC rate limit", "mac", req.ClientHWAddr.String())
+		if ok, why := limit.allow(req.ClientHWAddr, time.Now()); !ok {
+			h.hooks.drop(why)
+			log.Debug("dropping packet over a rate limit", "mac", req.ClientHWAddr.String(), "limit", why)
 			continue
 		}
 		select {
 		case queue <- packet{req, from}:
 		default:
-			h.hooks.drop(DropRateLimited)
+			h.hooks.drop(DropQueueFull)
 			log.Debug("dropping packet: handler queue full", "mac", req.ClientHWAddr.String())
 		}
 	}
 }
 
-func serveOne(conn net.PacketConn, h *Handler, log *slog.Logger, macs *macMutex, p packet) {
+func serveOne(conn net.PacketConn, ports *portSender, h *Handler, log *slog.Logger, macs *macMutex, p packet) {
 	unlock := macs.lock(p.req.ClientHWAddr)
 	defer unlock()
 	reply, err := h.Handle(p.req)
 	if err != nil || reply == nil {
 		return // Handle logged and counted it
+	}
+	if ports != nil {
+		if port := h.portOf(p.req.ClientHWAddr); port != "" {
+			if mac, dst, ok := portRoute(p.req, reply); ok {
+				err := ports.send(port, mac, dst, reply.ToBytes())
+				if err == nil {
+					return
+				}
+				log.Warn("sending DHCP reply out of the client's port; broadcasting it instead", "port", port, "mac", reply.ClientHWAddr.String(), "err", err)
+			}
+		}
 	}
 	to := replyAddr(p.req, reply)
 	if _, err := conn.WriteTo(reply.ToBytes(), to); err != nil {

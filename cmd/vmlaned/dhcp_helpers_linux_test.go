@@ -19,6 +19,7 @@ import (
 	"github.com/vmlane/vmlane/internal/netnstest"
 	"github.com/vmlane/vmlane/internal/privtest"
 	"github.com/vmlane/vmlane/leases"
+	"github.com/vmlane/vmlane/plugin"
 )
 
 // standalone is vmlaned running standalone in a node namespace, restartable
@@ -204,14 +205,18 @@ type client struct {
 }
 
 // newClient reserves an address through the CNI plugin for pod vm-<tag>
-// and makes the namespace that stands in for that pod's VM.
+// and makes the namespace that stands in for that pod's VM. Its port takes
+// the place of the pod's: the same name, so the port the lease names, with
+// the pod's anti-spoofing, and where vmlaned sends the client's replies.
 func newClient(t *testing.T, d *standalone, kind *clientKind, tag string) *client {
 	t.Helper()
 	privtest.Require(t, kind.tools...)
 	c := &client{kind: kind, dir: t.TempDir(), pod: "vm-" + tag, cid: "cid-" + tag}
 	tap, ip := d.cniAdd(t, netnstest.New(t, "pod-"+tag), c.cid, c.pod)
 	c.mac, c.ip = tap.Mac, ip
-	c.ns = bridgePort(t, d.node, tag, "vc-"+tag, c.mac)
+	port := plugin.HostVethName(leases.Key{ContainerID: c.cid, IfName: "eth0"})
+	d.node.MustRun(t, "ip", "link", "del", port)
+	c.ns = bridgePort(t, d.node, tag, port, c.mac)
 	c.script = c.write(t, "script.sh", fmt.Sprintf(clientScript, c.dir, kind.configures), 0o755)
 	return c
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vmlane/vmlane/internal/rawip"
 )
 
 // Socket is an AF_PACKET socket bound to one interface, seeing every frame
@@ -80,21 +82,24 @@ func (s *Socket) Wait(d time.Duration, match func([]byte) bool) ([]byte, error) 
 	}
 }
 
-// Broadcast is ff:ff:ff:ff:ff:ff.
-var Broadcast = net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+// Re-exported from rawip, so tests need one import.
+var Broadcast = rawip.Broadcast
 
-// Ethernet ethertypes.
 const (
-	TypeIPv4 = 0x0800
-	TypeARP  = 0x0806
-	TypeIPv6 = 0x86dd
-	TypeVLAN = 0x8100
+	TypeIPv4 = rawip.TypeIPv4
+	TypeARP  = rawip.TypeARP
+	TypeIPv6 = rawip.TypeIPv6
+	TypeVLAN = rawip.TypeVLAN
 )
 
 // Ether builds an Ethernet frame.
 func Ether(dst, src net.HardwareAddr, etherType uint16, payload []byte) []byte {
-	b := append(append(append([]byte{}, dst...), src...), byte(etherType>>8), byte(etherType))
-	return append(b, payload...)
+	return rawip.Ether(dst, src, etherType, payload)
+}
+
+// UDP4 builds an IPv4 UDP packet, checksums filled in.
+func UDP4(src, dst netip.Addr, sport, dport uint16, payload []byte) []byte {
+	return rawip.UDP4(src, dst, sport, dport, payload)
 }
 
 // VLAN builds an 802.1Q-tagged frame.
@@ -111,42 +116,12 @@ func ARP(op uint16, sha net.HardwareAddr, spa netip.Addr, tha net.HardwareAddr, 
 	return append(append(b, tha...), t[:]...)
 }
 
-// UDP4 builds an IPv4 packet carrying a UDP datagram, checksums filled in.
-func UDP4(src, dst netip.Addr, sport, dport uint16, payload []byte) []byte {
-	udp := make([]byte, 8, 8+len(payload))
-	binary.BigEndian.PutUint16(udp[0:], sport)
-	binary.BigEndian.PutUint16(udp[2:], dport)
-	binary.BigEndian.PutUint16(udp[4:], uint16(8+len(payload)))
-	udp = append(udp, payload...)
-	s, d := src.As4(), dst.As4()
-	pseudo := append(append(append([]byte{}, s[:]...), d[:]...), 0, 17, byte(len(udp)>>8), byte(len(udp)))
-	sum := checksum(append(pseudo, udp...))
-	if sum == 0 {
-		sum = 0xffff
-	}
-	binary.BigEndian.PutUint16(udp[6:], sum)
-	return ipv4(src, dst, 17, udp)
-}
-
 // ICMPEcho4 builds an IPv4 ICMP echo request.
 func ICMPEcho4(src, dst netip.Addr, id, seq uint16) []byte {
 	icmp := []byte{8, 0, 0, 0, byte(id >> 8), byte(id), byte(seq >> 8), byte(seq)}
 	icmp = append(icmp, []byte("vmlane frametest")...)
-	binary.BigEndian.PutUint16(icmp[2:], checksum(icmp))
-	return ipv4(src, dst, 1, icmp)
-}
-
-func ipv4(src, dst netip.Addr, proto byte, payload []byte) []byte {
-	h := make([]byte, 20)
-	h[0] = 0x45
-	binary.BigEndian.PutUint16(h[2:], uint16(20+len(payload)))
-	h[8] = 64
-	h[9] = proto
-	s, d := src.As4(), dst.As4()
-	copy(h[12:], s[:])
-	copy(h[16:], d[:])
-	binary.BigEndian.PutUint16(h[10:], checksum(h))
-	return append(h, payload...)
+	binary.BigEndian.PutUint16(icmp[2:], rawip.Checksum(icmp))
+	return rawip.IPv4(src, dst, 1, icmp)
 }
 
 // RouterAdvert builds an IPv6 ICMPv6 router advertisement from src to
@@ -156,7 +131,7 @@ func RouterAdvert(src netip.Addr) []byte {
 	icmp := []byte{134, 0, 0, 0, 64, 0, 0x07, 0x08, 0, 0, 0, 0, 0, 0, 0, 0}
 	s, d := src.As16(), dst.As16()
 	pseudo := append(append(append([]byte{}, s[:]...), d[:]...), 0, 0, 0, byte(len(icmp)), 0, 0, 0, 58)
-	binary.BigEndian.PutUint16(icmp[2:], checksum(append(pseudo, icmp...)))
+	binary.BigEndian.PutUint16(icmp[2:], rawip.Checksum(append(pseudo, icmp...)))
 	h := make([]byte, 40)
 	h[0] = 0x60
 	binary.BigEndian.PutUint16(h[4:], uint16(len(icmp)))
@@ -165,20 +140,6 @@ func RouterAdvert(src netip.Addr) []byte {
 	copy(h[8:], s[:])
 	copy(h[24:], d[:])
 	return append(h, icmp...)
-}
-
-func checksum(b []byte) uint16 {
-	var sum uint32
-	for i := 0; i+1 < len(b); i += 2 {
-		sum += uint32(b[i])<<8 | uint32(b[i+1])
-	}
-	if len(b)%2 == 1 {
-		sum += uint32(b[len(b)-1]) << 8
-	}
-	for sum > 0xffff {
-		sum = sum>>16 + sum&0xffff
-	}
-	return ^uint16(sum)
 }
 
 // Frame is a parsed Ethernet frame, enough of it for tests to match on.
