@@ -1,13 +1,11 @@
 package plugin_test
 
 import (
-	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/vmlane/vmlane/internal/netnstest"
-	"github.com/vmlane/vmlane/internal/privtest"
 	"github.com/vmlane/vmlane/internal/testvm"
 )
 
@@ -15,14 +13,7 @@ import (
 // plugin made, with the MAC and address from the ADD result, and has it
 // ping the gateway: TAP -> tc redirect -> veth -> bridge and back.
 func TestVMGuestReachesGateway(t *testing.T) {
-	privtest.Require(t, "qemu-system-x86_64", "nsenter")
-	g, err := testvm.Find()
-	if errors.Is(err, testvm.ErrNotBuilt) {
-		privtest.Missing(t, err.Error())
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := testvm.Need(t, "nsenter")
 	n := newNode(t, "10.250.12.0/24")
 	pod := netnstest.New(t, "pod")
 	list := n.conf("1.1.0", true, nil)

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"errors"
 	"testing"
 	"time"
 
 	"github.com/vmlane/vmlane/internal/netnstest"
-	"github.com/vmlane/vmlane/internal/privtest"
 	"github.com/vmlane/vmlane/internal/testvm"
 	"github.com/vmlane/vmlane/leases"
 )
@@ -18,14 +16,7 @@ import (
 // the result's MAC asks for DHCP, gets exactly the reserved address with
 // the MTU, DNS and routes, and pings its gateway; the lease turns bound.
 func TestVMGetsReservedAddressByDHCP(t *testing.T) {
-	privtest.Require(t, "ip", "iptables", "qemu-system-x86_64", "nsenter")
-	g, err := testvm.Find()
-	if errors.Is(err, testvm.ErrNotBuilt) {
-		privtest.Missing(t, err.Error())
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := testvm.Need(t, "ip", "iptables", "nsenter")
 	bin := buildBinaries(t)
 	d := startStandalone(t, bin, netnstest.New(t, "node"), "10.250.30.0/24", "--mtu", "1400", "--dns", "10.96.0.10",
 		"--search", "default.svc.cluster.local", "--domain", "cluster.local")

@@ -47,17 +47,6 @@ func newLAN(t *testing.T) *lan {
 	return l
 }
 
-// open opens a packet socket on eth0 of ns.
-func open(t *testing.T, ns *netnstest.NS, ifname string) *frametest.Socket {
-	t.Helper()
-	var s *frametest.Socket
-	if err := ns.Do(func() (err error) { s, err = frametest.Open(ifname); return err }); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
 type attack struct {
 	name string
 	// frame is what pod a sends; probe is what shows it arrived at pod
@@ -115,7 +104,7 @@ func attacks(l *lan) []attack {
 // run sends every attack from pod a and reports which reached pod b.
 func (l *lan) run(t *testing.T) map[string]bool {
 	t.Helper()
-	from, to := open(t, l.a, "eth0"), open(t, l.b, "eth0")
+	from, to := frametest.OpenIn(t, l.a, "eth0"), frametest.OpenIn(t, l.b, "eth0")
 	arrived := map[string]bool{}
 	for _, a := range attacks(l) {
 		if err := from.Send(a.frame); err != nil {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -42,6 +43,18 @@ func Open(ifname string) (*Socket, error) {
 		return nil, fmt.Errorf("binding packet socket to %s: %w", ifname, err)
 	}
 	return &Socket{fd: fd, ifindex: ifi.Index}, nil
+}
+
+// OpenIn opens a packet socket on ifname inside ns (a netnstest.NS) and
+// closes it when t ends.
+func OpenIn(t testing.TB, ns interface{ Do(func() error) error }, ifname string) *Socket {
+	t.Helper()
+	var s *Socket
+	if err := ns.Do(func() (err error) { s, err = Open(ifname); return err }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }
 
 // Close closes the socket.

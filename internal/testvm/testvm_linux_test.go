@@ -1,7 +1,6 @@
 package testvm
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/vmlane/vmlane/internal/netnstest"
-	"github.com/vmlane/vmlane/internal/privtest"
 )
 
 // These tests boot the real guest: they need root (a network namespace and
@@ -24,15 +22,7 @@ import (
 // requireGuest checks for root and the tools, and returns the built guest.
 func requireGuest(t *testing.T) Guest {
 	t.Helper()
-	privtest.Require(t, "ip", "qemu-system-x86_64", "nsenter", "busybox")
-	g, err := Find()
-	if errors.Is(err, ErrNotBuilt) {
-		privtest.Missing(t, err.Error())
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
+	return Need(t, "ip", "nsenter", "busybox")
 }
 
 // newNetNS creates a network namespace that t.Cleanup deletes again, with
