@@ -34,6 +34,7 @@
 //	      "containerID": "4f6c…",
 //	      "ifname": "eth0",
 //	      "netns": "/var/run/netns/cni-1234",
+//	      "bridgePort": "vml4f6c2b9e0d1",
 //	      "pod": {"namespace": "default", "name": "vm-a", "uid": "5b1e…"},
 //	      "hostname": "vm-a",
 //	      "created": "2026-11-22T17:00:00Z",
@@ -46,5 +47,6 @@
 // yet bound by DHCP: such a reservation lasts until CNI DEL or GC releases
 // it. "lastReserved" is the allocator's round-robin cursor (as host-local
 // keeps one): it is an addition to the documented contract that readers may
-// ignore. schema.json in this folder is the JSON Schema of the format.
+// ignore. "bridgePort" names the host veth anti-spoofing checks the
+// attachment on (absent when the network has it off). schema.json in this folder is the JSON Schema of the format.
 package leases

@@ -247,7 +247,7 @@ func guard(dp dataplane, hostIf string, l leases.Lease) error {
 	}
 	err = dp.Guard(antispoof.Port{Name: hostIf, MAC: mac, IP: l.IP})
 	if errors.Is(err, antispoof.ErrNoKernelSupport) {
-		return configError("antiSpoof", true, err.Error()+`; load nf_tables and nft_meta_bridge, or set "antiSpoof": false (see the README's security model)`)
+		return configError("antiSpoof", true, err.Error()+`; the node's kernel needs nf_tables with the bridge family (CONFIG_NF_TABLES_BRIDGE), or set "antiSpoof": false (see the README's security model)`)
 	}
 	if err != nil {
 		return fmt.Errorf("anti-spoofing for %s: %w", hostIf, err)
