@@ -64,6 +64,10 @@ func TestKilledWritersLoseNothing(t *testing.T) {
 		}
 		ready := make(chan int, writers)
 		children := make([]*child, writers)
+		// One process group, killed with one kill(2): killed one by one,
+		// the lock holder's death lets the next writer take the lock and
+		// start a temp file before its own SIGKILL arrives.
+		pgid := 0
 		for w := range children {
 			cmd := helperCommand(ctx, "TestHelperProcessCrashWriter", "crash-writer",
 				"VMLANE_HELPER_FILE="+path, "VMLANE_HELPER_SUBNET="+subnet.String(),
@@ -73,8 +77,12 @@ func TestKilledWritersLoseNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 			cmd.Stderr = os.Stderr
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: pgid}
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
+			}
+			if pgid == 0 {
+				pgid = cmd.Process.Pid
 			}
 			c := &child{cmd: cmd, done: make(chan struct{})}
 			children[w] = c
@@ -113,8 +121,8 @@ func TestKilledWritersLoseNothing(t *testing.T) {
 		d := time.Duration(5+rand.IntN(46)) * time.Millisecond
 		delays = append(delays, d)
 		time.Sleep(d)
-		for _, c := range children {
-			c.cmd.Process.Signal(syscall.SIGKILL)
+		if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil {
+			t.Fatalf("round %d: killing the writers: %v", round, err)
 		}
 		for w, c := range children {
 			<-c.done
