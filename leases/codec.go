@@ -264,7 +264,7 @@ func fold(key string, names ...string) string {
 
 var (
 	fileKeys  = []string{"version", "node", "subnet", "gateway", "lastReserved", "leases"}
-	leaseKeys = []string{"mac", "ip", "state", "source", "containerID", "ifname", "netns", "bridgePort", "pod", "hostname", "created", "expires"}
+	leaseKeys = []string{"mac", "ip", "state", "source", "containerID", "ifname", "netns", "bridgePort", "vm", "pod", "hostname", "created", "expires"}
 	podKeys   = []string{"namespace", "name", "uid"}
 )
 
@@ -277,6 +277,20 @@ func (d *decoder) strField(dst *string, name string) error {
 		return fmt.Errorf("%q: %w", name, err)
 	}
 	*dst = v
+	return nil
+}
+
+func (d *decoder) boolField(dst *bool, name string) error {
+	d.ws()
+	switch lit, _ := d.literal(); lit {
+	case "null":
+	case "true":
+		*dst = true
+	case "false":
+		*dst = false
+	default:
+		return fmt.Errorf("%q: %w", name, d.errorf("want true or false"))
+	}
 	return nil
 }
 
@@ -368,6 +382,8 @@ func (d *decoder) lease(l *Lease) error {
 			return d.strField(&l.NetNS, "netns")
 		case "bridgePort":
 			return d.strField(&l.BridgePort, "bridgePort")
+		case "vm":
+			return d.boolField(&l.VM, "vm")
 		case "hostname":
 			return d.strField(&l.Hostname, "hostname")
 		case "created":

@@ -66,6 +66,10 @@ func appendLease(b []byte, l *Lease) []byte {
 			b = appendString(b, f.v)
 		}
 	}
+	if l.VM {
+		b = appendField(b, false, "vm")
+		b = append(b, "true"...)
+	}
 	if l.Pod != (Pod{}) {
 		b = appendField(b, false, "pod")
 		first := true

@@ -74,8 +74,12 @@ type Lease struct {
 	// nftables entry in step with this lease. Empty when the network has
 	// "antiSpoof": false (or for a lease written before vmlane had it).
 	BridgePort string `json:"bridgePort,omitempty"`
-	Pod        Pod    `json:"pod,omitzero"`
-	Hostname   string `json:"hostname,omitempty"`
+	// VM is set for a VM pod's attachment (a "vm": true network), whose
+	// guest gets the address by DHCP; a plain pod's address is configured
+	// by the plugin and its lease is never bound.
+	VM       bool   `json:"vm,omitempty"`
+	Pod      Pod    `json:"pod,omitzero"`
+	Hostname string `json:"hostname,omitempty"`
 	// Created is zero only for leases read from bootpd's file.
 	Created time.Time `json:"created,omitzero"`
 	// Expires is zero for a CNI reservation that no DHCP client has bound:

@@ -44,8 +44,10 @@ type ReserveRequest struct {
 	NetNS   string
 	// BridgePort is the attachment's anti-spoofed bridge port, if any.
 	BridgePort string
-	Pod        Pod
-	Hostname   string
+	// VM marks a VM pod's attachment.
+	VM       bool
+	Pod      Pod
+	Hostname string
 	// Expires is zero for a reservation held until released (CNI). A DHCP
 	// offer sets it to the offer's lifetime.
 	Expires time.Time
@@ -183,6 +185,7 @@ func (tx *Tx) Reserve(req ReserveRequest) (Lease, error) {
 		IfName:      req.Key.IfName,
 		NetNS:       req.NetNS,
 		BridgePort:  req.BridgePort,
+		VM:          req.VM,
 		Pod:         req.Pod,
 		Hostname:    req.Hostname,
 		Created:     tx.now,

@@ -155,6 +155,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 			Exclude:    c.Exclude,
 			NetNS:      args.Netns,
 			BridgePort: port,
+			VM:         c.VM,
 			Pod:        pod,
 			Hostname:   pod.Name,
 		})
