@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -122,6 +123,7 @@ func startDHCP(ctx context.Context, c *config, subnet netip.Prefix, mtu int, reg
 		}
 	}()
 	go sweepLeases(ctx, store, min(30*time.Second, c.LeaseTime/4), m, dlog)
+	go remarkHeld(ctx, store, c.Bridge, gw, c.LeaseTime, dlog)
 	dlog.Info("DHCP server up", "bridge", c.Bridge, "server", gw, "range", c.DHCPRangeText)
 	return alloc.Flush, nil
 }
@@ -152,5 +154,41 @@ func sweepLeases(ctx context.Context, store *leases.Store, every time.Duration, 
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// remarkHeld marks bound the VM reservations whose guests answer ARP for
+// their address with their MAC (dhcp.Holders): binds that a crash or a
+// SIGKILL lost between an ACK and its late write. A runtime in
+// leases.Wait for such a VM then returns now, not at the guest's next
+// renewal. The expiry is a full lease from now, which is no earlier than
+// the lost ACK's.
+func remarkHeld(ctx context.Context, store *leases.Store, bridge string, gw netip.Addr, leaseTime time.Duration, log *slog.Logger) {
+	ls, err := store.List()
+	if err != nil {
+		log.Error("listing leases to re-mark held ones", "err", err)
+		return
+	}
+	want := map[netip.Addr]net.HardwareAddr{}
+	byIP := map[netip.Addr]leases.Lease{}
+	for _, l := range ls {
+		if l.Source != leases.SourceCNI || !l.VM || l.State != leases.StateReserved {
+			continue
+		}
+		if mac, err := net.ParseMAC(l.MAC); err == nil {
+			want[l.IP], byIP[l.IP] = mac, l
+		}
+	}
+	held, err := dhcp.Holders(ctx, bridge, gw, want, 3*time.Second)
+	if err != nil {
+		log.Warn("asking by ARP which VMs hold their reserved address", "err", err)
+	}
+	for ip := range held {
+		l := byIP[ip]
+		if _, err := store.Bind(l.MAC, ip, time.Now().Add(leaseTime), l.Hostname); err != nil {
+			log.Warn("re-marking a held reservation bound", "ip", ip, "mac", l.MAC, "err", err)
+			continue
+		}
+		log.Info("VM holds its reserved address: marked bound again (its bind was lost in a restart)", "ip", ip, "mac", l.MAC, "pod", l.Pod.Namespace+"/"+l.Pod.Name)
 	}
 }

@@ -123,10 +123,7 @@ func VLAN(dst, src net.HardwareAddr, vid uint16, etherType uint16, payload []byt
 
 // ARP builds an Ethernet/IPv4 ARP packet (op 1 request, 2 reply).
 func ARP(op uint16, sha net.HardwareAddr, spa netip.Addr, tha net.HardwareAddr, tpa netip.Addr) []byte {
-	b := []byte{0, 1, 8, 0, 6, 4, byte(op >> 8), byte(op)}
-	s, t := spa.As4(), tpa.As4()
-	b = append(append(b, sha...), s[:]...)
-	return append(append(b, tha...), t[:]...)
+	return rawip.ARP(op, sha, spa, tha, tpa)
 }
 
 // ICMPEcho4 builds an IPv4 ICMP echo request.

@@ -74,3 +74,21 @@ func Checksum(b []byte) uint16 {
 	}
 	return ^uint16(sum)
 }
+
+// ARP builds an Ethernet/IPv4 ARP packet: op 1 is a request, 2 a reply.
+func ARP(op uint16, sha net.HardwareAddr, spa netip.Addr, tha net.HardwareAddr, tpa netip.Addr) []byte {
+	b := make([]byte, 0, 28)
+	b = append(b, 0, 1, 8, 0, 6, 4, byte(op>>8), byte(op))
+	s, t := spa.As4(), tpa.As4()
+	b = append(append(b, sha[:6]...), s[:]...)
+	return append(append(b, tha[:6]...), t[:]...)
+}
+
+// ParseARP reads an Ethernet/IPv4 ARP packet; ok is false for anything
+// else.
+func ParseARP(b []byte) (op uint16, sha net.HardwareAddr, spa netip.Addr, ok bool) {
+	if len(b) < 28 || string(b[:6]) != "\x00\x01\x08\x00\x06\x04" {
+		return 0, nil, netip.Addr{}, false
+	}
+	return binary.BigEndian.Uint16(b[6:8]), net.HardwareAddr(b[8:14]), netip.AddrFrom4([4]byte(b[14:18])), true
+}
