@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vmlane/vmlane/e2e/cluster"
+	"github.com/vmlane/vmlane/internal/antispoof"
 	"github.com/vmlane/vmlane/leases"
 )
 
@@ -190,6 +191,48 @@ func TestVMPods(t *testing.T) {
 	}
 	out, _ := c.Kubectl("get", "pods", "-l", "app=vm", "-o", "wide")
 	t.Logf("VM pods:\n%s", out)
+}
+
+// TestAntiSpoofOnRealNodes: on every node, the plugin that containerd ran
+// and the DaemonSet's vmlaned (unprivileged, with CAP_NET_ADMIN) keep the
+// anti-spoofing table whole, with exactly one entry per CNI lease: its
+// bridge port, MAC and address.
+func TestAntiSpoofOnRealNodes(t *testing.T) {
+	for _, n := range c.RealNodes {
+		tb := antispoof.Table{NetNS: n.NS.Path}
+		if err := tb.Verify(); err != nil {
+			t.Errorf("%s: anti-spoofing table: %v", n.Name, err)
+		}
+		ports, err := tb.Ports()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got, want []string
+		for _, p := range ports {
+			got = append(got, p.String())
+		}
+		snap, err := leases.Read(n.File("/var/lib/vmlane/leases.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range snap.Leases() {
+			if l.Source != leases.SourceCNI {
+				continue
+			}
+			if l.BridgePort == "" {
+				t.Errorf("%s: lease %s of %s/%s names no bridge port", n.Name, l.IP, l.Pod.Namespace, l.Pod.Name)
+			}
+			want = append(want, l.BridgePort+" "+l.MAC+" "+l.IP.String())
+		}
+		sort.Strings(got)
+		sort.Strings(want)
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("%s: anti-spoofing ports:\n%s\nwant one per CNI lease:\n%s", n.Name, strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+		if len(want) == 0 {
+			t.Errorf("%s: no CNI lease: the test checks nothing there", n.Name)
+		}
+	}
 }
 
 // leaseLines are a node's leases, one line each, without the expiry that
