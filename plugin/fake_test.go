@@ -352,14 +352,16 @@ func (f *fakeDataplane) Guard(p antispoof.Port) error {
 	return after
 }
 
-func (f *fakeDataplane) Unguard(port string) error {
+func (f *fakeDataplane) Unguard(ports ...string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	before, after := f.enterLocked("Unguard", port)
+	before, after := f.enterLocked("Unguard", anys(ports)...)
 	if before != nil {
 		return before
 	}
-	delete(f.guards, port)
+	for _, p := range ports {
+		delete(f.guards, p)
+	}
 	return after
 }
 
@@ -369,7 +371,8 @@ func (f *fakeDataplane) Guarded() ([]antispoof.Port, error) {
 	if before, _ := f.enterLocked("Guarded"); before != nil {
 		return nil, before
 	}
-	return slices.Collect(maps.Values(f.guards)), nil
+	// Sorted by name, as antispoof.Table.Ports returns them.
+	return slices.SortedFunc(maps.Values(f.guards), func(a, b antispoof.Port) int { return strings.Compare(a.Name, b.Name) }), nil
 }
 
 func (f *fakeDataplane) DeleteHostLink(name string) error {

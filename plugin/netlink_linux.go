@@ -342,5 +342,5 @@ func deleteGroup(links []netlink.Link) bool {
 func (netlinkDataplane) BridgeStatus(name string) error { return bridge.Status(name) }
 
 func (netlinkDataplane) Guard(p antispoof.Port) error       { return antispoof.Table{}.Add(p) }
-func (netlinkDataplane) Unguard(port string) error          { return antispoof.Table{}.Remove(port) }
+func (netlinkDataplane) Unguard(ports ...string) error      { return antispoof.Table{}.Remove(ports...) }
 func (netlinkDataplane) Guarded() ([]antispoof.Port, error) { return antispoof.Table{}.Ports() }

@@ -39,5 +39,5 @@ func (unsupported) Check(string, Attached, netip.Prefix) error {
 	return errUnsupported
 }
 func (unsupported) Guard(antispoof.Port) error         { return errUnsupported }
-func (unsupported) Unguard(string) error               { return errUnsupported }
+func (unsupported) Unguard(...string) error            { return errUnsupported }
 func (unsupported) Guarded() ([]antispoof.Port, error) { return nil, errUnsupported }

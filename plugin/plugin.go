@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -61,7 +62,7 @@ type dataplane interface {
 	// before the port exists. Unguard removes a port's identity (none is
 	// success), and Guarded lists the ports that have one.
 	Guard(p antispoof.Port) error
-	Unguard(port string) error
+	Unguard(ports ...string) error
 	Guarded() ([]antispoof.Port, error)
 }
 
@@ -282,6 +283,15 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		// The pod's links first (a VM pod's veth and TAP go in one batch,
 		// the veth's host end with them), then the host end in case the
 		// netns is gone.
+		//
+		// The port's anti-spoofing entry is left to vmlaned, which removes
+		// the entries of released leases in one transaction every
+		// --anti-spoof-period (and GC removes them too). Removing a set
+		// element waits for an RCU grace period under the kernel's
+		// nftables commit lock, about 13 ms, which would serialize every
+		// DEL and ADD on the node behind each other. An entry whose port
+		// is gone matches no frame, and the name comes back only for the
+		// same attachment, whose ADD replaces it.
 		var errs []error
 		if args.Netns != "" {
 			names := []string{args.IfName}
@@ -294,12 +304,6 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		}
 		if err := p.dp.DeleteHostLink(HostVethName(key)); err != nil {
 			errs = append(errs, err)
-		}
-		// After the link: a port that still exists stays checked.
-		if c.Guard {
-			if err := p.dp.Unguard(HostVethName(key)); err != nil {
-				errs = append(errs, err)
-			}
 		}
 		if err := errors.Join(errs...); err != nil {
 			return err
@@ -422,6 +426,35 @@ func checkGuard(dp dataplane, port string, l leases.Lease) error {
 	return nil
 }
 
+// sweepGuards removes, in one transaction, the anti-spoofing entries of
+// listed whose port no lease names any more: those DEL left (see Del) and
+// those of the attachments GC collected. listed was read before the lease
+// file, so an ADD racing GC, whose lease is written before its entry,
+// either has its lease seen here or its entry not listed.
+func sweepGuards(dp dataplane, listed []antispoof.Port, store *leases.Store) error {
+	ls, err := store.List()
+	if err != nil {
+		return storeError(err)
+	}
+	named := make(map[string]bool, len(ls))
+	for _, l := range ls {
+		named[l.BridgePort] = true
+	}
+	var sweep []string
+	for _, p := range listed {
+		if !named[p.Name] && !slices.Contains(sweep, p.Name) {
+			sweep = append(sweep, p.Name)
+		}
+	}
+	if len(sweep) == 0 {
+		return nil
+	}
+	if err := dp.Unguard(sweep...); err != nil {
+		return fmt.Errorf("removing anti-spoofing of stale ports: %w", err)
+	}
+	return nil
+}
+
 // expectedFromResult reads back what ADD reported.
 func expectedFromResult(r *current.Result, c *Config, args *skel.CmdArgs) (Attached, netip.Prefix, error) {
 	var a Attached
@@ -493,6 +526,14 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 		if err != nil {
 			return err
 		}
+		// The anti-spoofing entries before the leases, as vmlaned lists
+		// them (see sweepGuards).
+		var listed []antispoof.Port
+		if c.Guard {
+			if listed, err = p.dp.Guarded(); err != nil {
+				return fmt.Errorf("reading anti-spoofing ports: %w", err)
+			}
+		}
 		// Links first, as in DEL: find the stale attachments, remove their
 		// host veths, then release their leases.
 		var stale []leases.Lease
@@ -512,11 +553,7 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 		}
 		var errs []error
 		for _, l := range stale {
-			err := p.dp.DeleteHostLink(HostVethName(l.Key()))
-			if err == nil && c.Guard {
-				err = p.dp.Unguard(HostVethName(l.Key()))
-			}
-			if err != nil {
+			if err := p.dp.DeleteHostLink(HostVethName(l.Key())); err != nil {
 				// Keep the lease while its link may still answer for
 				// the address, as DEL does; the next GC tries again.
 				errs = append(errs, err)
@@ -529,6 +566,9 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 		}
 		for _, l := range released {
 			log.Info("collected", "ip", l.IP, "attachment", l.Key().String())
+		}
+		if c.Guard {
+			errs = append(errs, sweepGuards(p.dp, listed, store))
 		}
 		return errors.Join(errs...)
 	})

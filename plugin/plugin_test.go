@@ -275,6 +275,33 @@ func (h *harness) wantState(want []string) {
 	}
 }
 
+// wantDetached is wantState after a DEL: the anti-spoofing entries of
+// detached attachments stay for vmlaned to sweep (see Del), so they are
+// left out of the comparison, but only those whose port has neither a
+// link nor a lease naming it.
+func (h *harness) wantDetached(want []string) {
+	h.t.Helper()
+	named := map[string]bool{}
+	if s, err := leases.Read(h.leaseFile); err == nil {
+		for _, l := range s.Leases() {
+			named[l.BridgePort] = true
+		}
+	}
+	var got []string
+	for _, line := range h.dp.state() {
+		if port, ok := strings.CutPrefix(line, "nft add element bridge vmlane addrs { "); ok {
+			port, _, _ = strings.Cut(port, " ")
+			if !named[port] && !h.dp.hasLink("", port) {
+				continue
+			}
+		}
+		got = append(got, line)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		h.t.Errorf("dataplane state but stale anti-spoofing entries (-want +got):\n%s", diff)
+	}
+}
+
 func (h *harness) wantLeases(want ...string) {
 	h.t.Helper()
 	if diff := cmp.Diff(want, h.leaseLines()); diff != "" {
@@ -586,7 +613,7 @@ func TestPluginAddRetriedFails(t *testing.T) {
 			if err := h.del(a, nil); err != nil {
 				t.Fatal(err)
 			}
-			h.wantState(expand(bridgeState...))
+			h.wantDetached(expand(bridgeState...))
 			h.wantLeases()
 		})
 	}
@@ -618,7 +645,7 @@ func TestPluginDel(t *testing.T) {
 				if err := h.del(a, nil); err != nil {
 					t.Fatalf("DEL #%d: %v", i+1, err)
 				}
-				h.wantState(want)
+				h.wantDetached(want)
 				if diff := cmp.Diff(wantLeases, h.leaseLines()); diff != "" {
 					t.Errorf("leases after DEL #%d (-want +got):\n%s", i+1, diff)
 				}
@@ -632,7 +659,7 @@ func TestPluginDel(t *testing.T) {
 			if err := h.del(a, nil); err != nil {
 				t.Fatal(err)
 			}
-			h.wantState(expand(bridgeState...))
+			h.wantDetached(expand(bridgeState...))
 			h.wantLeases()
 		})
 		t.Run(modeName(vm)+"/netns gone, host veth left", func(t *testing.T) {
@@ -651,7 +678,7 @@ func TestPluginDel(t *testing.T) {
 			if err := h.del(a, nil); err != nil {
 				t.Fatal(err)
 			}
-			h.wantState(expand(bridgeState...))
+			h.wantDetached(expand(bridgeState...))
 			h.wantLeases()
 		})
 		t.Run(modeName(vm)+"/no CNI_NETNS", func(t *testing.T) {
@@ -771,7 +798,7 @@ func TestPluginDelKeepsOthers(t *testing.T) {
 	if err := h.del(a, nil); err != nil {
 		t.Fatal(err)
 	}
-	h.wantState(want)
+	h.wantDetached(want)
 	if diff := cmp.Diff(wantLeases, h.leaseLines()); diff != "" {
 		t.Errorf("leases (-want +got):\n%s", diff)
 	}
@@ -823,7 +850,7 @@ func TestPluginGC(t *testing.T) {
 		"10.244.3.3 mac=02:76:0a:f4:03:03 reserved cni attachment=b/eth0 netns=/run/netns/b",
 		"10.244.3.99 mac=02:00:00:00:00:99 reserved dhcp",
 	)
-	wantCalls := []string{"DeleteHostLink(" + a.veth() + ")", "DeleteHostLink(" + c.veth() + ")", "Unguard(" + a.veth() + ")", "Unguard(" + c.veth() + ")"}
+	wantCalls := []string{"DeleteHostLink(" + a.veth() + ")", "DeleteHostLink(" + c.veth() + ")", "Guarded()", "Unguard(" + a.veth() + ", " + c.veth() + ")"}
 	slices.Sort(wantCalls)
 	if diff := cmp.Diff(wantCalls, slices.Sorted(slices.Values(h.dp.callLog()[calls:]))); diff != "" {
 		t.Errorf("GC's dataplane calls (-want +got):\n%s", diff)
@@ -1253,7 +1280,21 @@ func TestPluginAntiSpoof(t *testing.T) {
 		if err := h.del(a, nil); err != nil {
 			t.Fatal(err)
 		}
-		h.wantState(expand(bridgeState...))
+		h.wantDetached(expand(bridgeState...))
+	})
+	t.Run("DEL leaves the entry, GC sweeps it", func(t *testing.T) {
+		h := newHarness(t, nil)
+		a, b := att("a"), att("b")
+		h.mustAdd(a, nil)
+		h.mustAdd(b, nil)
+		if err := h.del(a, nil); err != nil {
+			t.Fatal(err)
+		}
+		h.wantState(concat(bridgeState, []string{guardState("a", "02:76:0a:f4:03:02", "10.244.3.2")}, plainState("b", "10.244.3.3")))
+		if err := h.other("GC", h.p.GC, attachment{}, gcConf(b)); err != nil {
+			t.Fatal(err)
+		}
+		h.wantState(concat(bridgeState, plainState("b", "10.244.3.3")))
 	})
 	t.Run("no kernel support", func(t *testing.T) {
 		h := newHarness(t, nil)

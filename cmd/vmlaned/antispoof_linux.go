@@ -58,6 +58,13 @@ func guardedPorts(ls []leases.Lease, log *slog.Logger) []antispoof.Port {
 // no table, it does nothing: a node whose pods all have anti-spoofing off
 // (or a kernel without nftables) never gets a table.
 func syncAntiSpoof(tb antispoof.Table, leaseFile string, m *antiSpoofMetrics, log *slog.Logger) error {
+	// The table first, then the leases: a port the plugin adds in
+	// between has its lease written before it, but not in this read, and
+	// Sync keeps what this listing lacks.
+	listed, err := tb.Ports()
+	if err != nil {
+		return err
+	}
 	snap, err := leases.Read(leaseFile)
 	var ls []leases.Lease
 	switch {
@@ -68,14 +75,11 @@ func syncAntiSpoof(tb antispoof.Table, leaseFile string, m *antiSpoofMetrics, lo
 		ls = snap.Leases()
 	}
 	want := guardedPorts(ls, log)
-	if len(want) == 0 {
-		have, err := tb.Ports()
-		if err != nil || len(have) == 0 {
-			m.ports.Set(0)
-			return err
-		}
+	if len(want) == 0 && len(listed) == 0 {
+		m.ports.Set(0)
+		return nil
 	}
-	ch, err := tb.Sync(want)
+	ch, err := tb.Sync(want, listed)
 	if err != nil {
 		return err
 	}

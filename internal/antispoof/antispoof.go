@@ -26,6 +26,12 @@
 // chains; flush the chains; add the rules), which is idempotent, atomic
 // and safe to run from several processes at once: the kernel serializes
 // nftables transactions, and the set elements survive it.
+//
+// Cost: a transaction that only adds takes about 1 ms; one that deletes
+// anything (a set element, a rule) waits for an RCU grace period, about
+// 13 ms, holding the netns's nftables commit lock meanwhile. So Add writes
+// the table only when it is missing, and callers batch their removals
+// (Remove takes many ports, Sync does everything in one transaction).
 package antispoof
 
 import (
@@ -141,6 +147,12 @@ func diff(have, want []Port) (add, remove []Port) {
 		}
 	}
 	return add, remove
+}
+
+// newer returns the ports of have that listed does not hold exactly.
+func newer(have, listed []Port) []Port {
+	_, out := diff(have, listed)
+	return out
 }
 
 // without returns the ports not called name.

@@ -172,7 +172,7 @@ func TestPortsAddRemoveSync(t *testing.T) {
 	}
 	wantPorts(t, l.table, moved)
 
-	ch, err := l.table.Sync([]antispoof.Port{l.portA, l.portB})
+	ch, err := sync(l.table, l.portA, l.portB)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,9 +180,23 @@ func TestPortsAddRemoveSync(t *testing.T) {
 		t.Errorf("Sync changes = %+v, want 2 added (A's new address, B), 1 removed, no repair", ch)
 	}
 	wantPorts(t, l.table, l.portA, l.portB)
-	if ch, err := l.table.Sync([]antispoof.Port{l.portA, l.portB}); err != nil || ch.Repaired != "" || len(ch.Added)+len(ch.Removed) != 0 {
+	if ch, err := sync(l.table, l.portA, l.portB); err != nil || ch.Repaired != "" || len(ch.Added)+len(ch.Removed) != 0 {
 		t.Errorf("second Sync = %+v, %v; want no change", ch, err)
 	}
+	// An entry added after the caller listed the table (a CNI ADD racing
+	// vmlaned's read of the lease file) stays, though want lacks it.
+	listed, err := l.table.Ports()
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := antispoof.Port{Name: "vmlLate", MAC: l.portA.MAC, IP: netip.MustParseAddr("10.9.0.20")}
+	if err := l.table.Add(late); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.table.Sync([]antispoof.Port{l.portA}, listed); err != nil {
+		t.Fatal(err)
+	}
+	wantPorts(t, l.table, l.portA, late) // B, listed and not wanted, went
 	if err := l.table.Delete(); err != nil {
 		t.Fatal(err)
 	}
@@ -192,6 +206,15 @@ func TestPortsAddRemoveSync(t *testing.T) {
 	if err := l.table.Verify(); err == nil || !strings.Contains(err.Error(), "table missing") {
 		t.Errorf("Verify after Delete = %v, want table missing", err)
 	}
+}
+
+// sync is Sync of want, with the table listed first as callers do.
+func sync(tb antispoof.Table, want ...antispoof.Port) (antispoof.Changes, error) {
+	listed, err := tb.Ports()
+	if err != nil {
+		return antispoof.Changes{}, err
+	}
+	return tb.Sync(want, listed)
 }
 
 func wantPorts(t *testing.T, tb antispoof.Table, want ...antispoof.Port) {
@@ -235,7 +258,7 @@ func TestTamperedTableIsRepaired(t *testing.T) {
 	}
 	for name, fn := range tamper {
 		t.Run(name, func(t *testing.T) {
-			if _, err := l.table.Sync(want); err != nil {
+			if _, err := sync(l.table, want...); err != nil {
 				t.Fatal(err)
 			}
 			if err := l.table.Verify(); err != nil {
@@ -255,7 +278,7 @@ func TestTamperedTableIsRepaired(t *testing.T) {
 			if err := l.table.Verify(); err == nil {
 				t.Fatal("Verify after tampering = nil")
 			}
-			ch, err := l.table.Sync(want)
+			ch, err := sync(l.table, want...)
 			if err != nil {
 				t.Fatal(err)
 			}
