@@ -118,11 +118,13 @@ func serveOne(conn net.PacketConn, ports *portSender, h *Handler, log *slog.Logg
 	if ports != nil {
 		if port := h.portOf(p.req.ClientHWAddr); port != "" {
 			if mac, dst, ok := portRoute(p.req, reply); ok {
-				err := ports.send(port, mac, dst, reply.ToBytes())
-				if err == nil {
-					return
+				// No broadcast fallback: it would show the reply to
+				// every neighbour, and a port that cannot be sent on
+				// is gone, with its client.
+				if err := ports.send(port, mac, dst, reply.ToBytes()); err != nil {
+					log.Warn("sending DHCP reply out of the client's port; reply dropped", "port", port, "mac", reply.ClientHWAddr.String(), "err", err)
 				}
-				log.Warn("sending DHCP reply out of the client's port; broadcasting it instead", "port", port, "mac", reply.ClientHWAddr.String(), "err", err)
+				return
 			}
 		}
 	}
