@@ -322,6 +322,11 @@ func TestRoundTrips(t *testing.T) {
 		"non-utf8 node": {func(f *File) { f.Node = "\xff" }, false},
 		"no gateway":    {func(f *File) { f.Gateway = netip.Addr{} }, true},
 		"last reserved": {func(f *File) { f.LastReserved = netip.MustParseAddr("10.1.0.2") }, true},
+		"unknown members": {func(f *File) {
+			f.Unknown = UnknownMembers{`"g":1,"h" : {"i":[true]}`}
+			f.Leases[0].Unknown = UnknownMembers{`"v":"\u00e9"`}
+			f.Leases[0].Pod = Pod{Unknown: UnknownMembers{`"tier":"gold"`}}
+		}, true},
 		"dhcp, no extra": {func(f *File) {
 			f.Leases[0] = Lease{MAC: "02:00:00:00:00:01", IP: netip.MustParseAddr("10.1.0.9"), State: StateReserved, Source: SourceDHCP}
 		}, true},

@@ -47,4 +47,16 @@
 // it. "lastReserved" is the allocator's round-robin cursor (as host-local
 // keeps one): it is an addition to the documented contract that readers may
 // ignore. schema.json in this folder is the JSON Schema of the format.
+//
+// # Forward compatibility
+//
+// During a rolling upgrade binaries of two versions share a node's file (an
+// older CNI plugin beside a newer vmlaned), so a version 1 file may hold
+// what a newer writer added, and an older binary must neither refuse it nor
+// lose it when it rewrites the file:
+//
+//   - Members this version does not know, at the top level, in a lease or
+//     in its "pod", are kept verbatim ([UnknownMembers]) and written back
+//     after the known members of their object, in the order they were
+//     read. A lease this version creates has none.
 package leases

@@ -48,6 +48,8 @@ type Pod struct {
 	Namespace string `json:"namespace,omitempty"`
 	Name      string `json:"name,omitempty"`
 	UID       string `json:"uid,omitempty"`
+	// Unknown holds a newer writer's members of "pod".
+	Unknown UnknownMembers `json:"-"`
 }
 
 // Key identifies a CNI attachment: a container ID and the interface name the
@@ -76,6 +78,9 @@ type Lease struct {
 	// Expires is zero for a CNI reservation that no DHCP client has bound:
 	// such a reservation lasts until it is released.
 	Expires time.Time `json:"expires,omitzero"`
+	// Unknown holds a newer writer's members of the lease, which a
+	// rewrite keeps.
+	Unknown UnknownMembers `json:"-"`
 }
 
 // Key returns the CNI attachment the lease belongs to; it is zero for leases
@@ -96,6 +101,8 @@ type File struct {
 	// LastReserved is the allocator's round-robin cursor.
 	LastReserved netip.Addr `json:"lastReserved,omitzero"`
 	Leases       []Lease    `json:"leases"`
+	// Unknown holds a newer writer's top-level members.
+	Unknown UnknownMembers `json:"-"`
 }
 
 // NormalizeMAC returns mac in the file's canonical form: lowercase,
@@ -128,9 +135,9 @@ func NormalizeMAC(mac string) (string, error) {
 	return hw.String(), nil
 }
 
-// Decode parses and validates a lease file. Unknown fields are ignored so
-// that a newer writer's additions do not break older readers; an unknown
-// version is an error.
+// Decode parses and validates a lease file. Members this version does not
+// know do not break it: they are kept (see [UnknownMembers]) and Encode
+// writes them back. An unknown version is an error.
 func Decode(data []byte) (*File, error) {
 	// decodeOwned keeps slices of its input; a caller may reuse data.
 	return decodeOwned(bytes.Clone(data))
