@@ -21,6 +21,9 @@ const (
 	DropUnsupported = "unsupported"    // a message type a server does not handle
 	DropExhausted   = "pool_exhausted" // the dynamic range has no free address
 	DropDeclined    = "declined"       // the MAC's reserved address is quarantined after its DECLINE
+	// DropUnknownLease: the MAC's lease has a state or source this
+	// version does not know (a newer vmlane wrote it).
+	DropUnknownLease = "unknown_lease"
 )
 
 // Reasons for a DHCPNAK, passed to [Hooks.NAK].

@@ -59,4 +59,16 @@
 //     in its "pod", are kept verbatim ([UnknownMembers]) and written back
 //     after the known members of their object, in the order they were
 //     read. A lease this version creates has none.
+//   - A lease whose "state" or "source" this version does not know
+//     ([Lease.Known] is false) does not make the file unreadable (only a
+//     missing one does). It is kept as it is and skipped: its ip and mac
+//     stay held against every allocation (Reserve never hands them to
+//     another lease), but no lookup that serves an address returns it
+//     ([Snapshot.ByMAC], [Tx.ByMAC], [Tx.Get], [Snapshot.Compat]), and no
+//     change touches it: Release, ReleaseMAC, GC and Expire leave it, Bind,
+//     Decline and a Reserve for its attachment refuse with [ErrConflict].
+//     Listings ([Snapshot.Leases], [Tx.Leases]) and the lookups that say
+//     who holds an address ([Snapshot.ByIP], [Tx.ByIP], [Snapshot.ByPod])
+//     include it; their callers check [Lease.Known]. What the value means
+//     is for a version that knows it to act on.
 package leases

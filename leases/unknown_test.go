@@ -1,6 +1,8 @@
 package leases
 
 import (
+	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"strings"
@@ -99,5 +101,145 @@ func TestUnknownMembersFollowTheKnownOnes(t *testing.T) {
 				t.Errorf("Encode:\n%s\nwant:\n%s", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestNewerBinarysFile is issue 12's rolling upgrade: a newer vmlane wrote
+// members this version does not know (file, lease, pod) and leases of a
+// state ("quarantined") and a source ("kubevirt") it does not know. This
+// version reads the file, keeps those leases' addresses and MACs from
+// everyone, serves none of them, changes none of them, and its own
+// Reserve and Release leave the newer writer's bytes as they were.
+func TestNewerBinarysFile(t *testing.T) {
+	newer, err := os.ReadFile("testdata/newer-binary.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, clk := newStore(t, "10.244.3.0/29") // usable: .2 to .6
+	if err := os.WriteFile(s.Path(), newer, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const quarantinedMAC, kubevirtMAC = "02:00:0a:f4:03:03", "52:54:00:00:00:04"
+	quarantined, kubevirt := netip.MustParseAddr("10.244.3.3"), netip.MustParseAddr("10.244.3.4")
+	unchanged := func(when string) {
+		t.Helper()
+		data, err := os.ReadFile(s.Path())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(data) != string(newer) {
+			t.Fatalf("%s the file is\n%s\nwant the newer binary's, byte for byte:\n%s", when, data, newer)
+		}
+	}
+
+	// Readers list the unknown leases and say who holds their address;
+	// no lookup that serves an address returns them.
+	snap, err := Read(s.Path())
+	if err != nil {
+		t.Fatalf("Read: %v", err)
+	}
+	var states []string
+	for _, l := range snap.Leases() {
+		states = append(states, fmt.Sprintf("%s %s/%s known=%v", l.IP, l.State, l.Source, l.Known()))
+	}
+	if got, want := strings.Join(states, "; "), "10.244.3.2 bound/cni known=true; 10.244.3.3 quarantined/cni known=false; 10.244.3.4 bound/kubevirt known=false"; got != want {
+		t.Errorf("leases: %s\nwant %s", got, want)
+	}
+	snap = snap.At(t0.Add(-40 * time.Minute)) // before their expiries
+	for _, mac := range []string{quarantinedMAC, kubevirtMAC} {
+		if l, ok := snap.ByMAC(mac); ok {
+			t.Errorf("Snapshot.ByMAC(%s) serves %s %s/%s", mac, l.IP, l.State, l.Source)
+		}
+	}
+	if l, ok := snap.ByIP(quarantined); !ok || l.Known() {
+		t.Errorf("Snapshot.ByIP(%s) = %+v, %v: want the unknown lease that holds it", quarantined, l, ok)
+	}
+	if c := snap.Compat(); len(c) != 1 || c[0].IP != "10.244.3.2" {
+		t.Errorf("Compat exports %+v, want only 10.244.3.2", c)
+	}
+
+	// Allocation hands out every other address and never theirs.
+	var got []string
+	for i := 0; ; i++ {
+		l, err := s.Reserve(cniReq(fmt.Sprint("new-", i)))
+		if errors.Is(err, ErrExhausted) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("Reserve %d: %v", i, err)
+		}
+		got = append(got, l.IP.String())
+	}
+	if want := "10.244.3.5 10.244.3.6"; strings.Join(got, " ") != want {
+		t.Errorf("allocated %v, want %s", got, want)
+	}
+	for i := range got {
+		if _, ok, err := s.Release(Key{fmt.Sprint("new-", i), "eth0"}); err != nil || !ok {
+			t.Fatalf("Release: %v, %v", ok, err)
+		}
+	}
+	// The cursor ends where the newer binary left it.
+	unchanged("after this binary's Reserve and Release,")
+
+	// No change touches them, and nothing is written.
+	// (With free addresses again, a request fails on theirs or on their
+	// MACs alone.)
+	for _, req := range []ReserveRequest{
+		{Key: Key{"x", "eth0"}, IP: quarantined},
+		{Key: Key{"x", "eth0"}, IP: kubevirt},
+		{Key: Key{"x", "eth0"}, MAC: quarantinedMAC},
+		{MAC: kubevirtMAC},
+	} {
+		if l, err := s.Reserve(req); !errors.Is(err, ErrInUse) {
+			t.Errorf("Reserve(ip %v, mac %q) = %s, %v: want ErrInUse", req.IP, req.MAC, l.IP, err)
+		}
+	}
+	if _, err := s.Reserve(cniReq("c-q")); !errors.Is(err, ErrConflict) {
+		t.Errorf("Reserve for the quarantined lease's attachment: %v, want ErrConflict", err)
+	}
+	if l, ok, err := s.Get(Key{"c-q", "eth0"}); err != nil || ok {
+		t.Errorf("Get of the quarantined lease's attachment = %+v, %v, %v: want none", l, ok, err)
+	}
+	if _, ok, err := s.Release(Key{"c-q", "eth0"}); err != nil || ok {
+		t.Errorf("Release of the quarantined lease's attachment: %v, %v: want nothing released", ok, err)
+	}
+	for mac, ip := range map[string]netip.Addr{quarantinedMAC: quarantined, kubevirtMAC: kubevirt} {
+		if _, err := s.Bind(mac, ip, t0.Add(time.Hour), ""); !errors.Is(err, ErrConflict) {
+			t.Errorf("Bind(%s, %s): %v, want ErrConflict", mac, ip, err)
+		}
+		if _, err := s.Decline(ip, mac, t0.Add(time.Hour)); !errors.Is(err, ErrConflict) {
+			t.Errorf("Decline(%s, %s): %v, want ErrConflict", ip, mac, err)
+		}
+		if err := s.Update(func(tx *Tx) error {
+			if l, ok := tx.ByMAC(mac); ok {
+				t.Errorf("Tx.ByMAC(%s) serves %s", mac, l.IP)
+			}
+			if l, ok := tx.ReleaseMAC(mac); ok {
+				t.Errorf("ReleaseMAC(%s) released %s", mac, l.IP)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unchanged("after changes refused,")
+
+	// Past every expiry, and with no attachment valid, this binary's
+	// Expire and GC remove the lease it knows and keep the others.
+	clk.advance(72 * time.Hour)
+	if _, err := s.Expire(); err != nil {
+		t.Fatal(err)
+	}
+	if released, err := s.GC(nil); err != nil || len(released) != 1 || released[0].IP.String() != "10.244.3.2" {
+		t.Errorf("GC released %v (%v), want only 10.244.3.2", ips(released), err)
+	}
+	data, err := os.ReadFile(s.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(newer), "\n")
+	want := strings.Join([]string{lines[0], lines[2], lines[3], lines[4], ""}, "\n")
+	if string(data) != want {
+		t.Errorf("after Expire and GC the file is\n%s\nwant\n%s", data, want)
 	}
 }

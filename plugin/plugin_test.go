@@ -118,6 +118,21 @@ func (h *harness) mustAdd(a attachment, extra map[string]any) *current.Result {
 	return parseResult(h.t, out)
 }
 
+// mustAddPrev runs ADD, which must succeed, and returns its result as a
+// later CHECK's prevResult.
+func (h *harness) mustAddPrev(a attachment) map[string]any {
+	h.t.Helper()
+	out, err := h.add(a, nil)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var prev map[string]any
+	if err := json.Unmarshal([]byte(out), &prev); err != nil {
+		h.t.Fatal(err)
+	}
+	return prev
+}
+
 // other runs a verb that must print nothing.
 func (h *harness) other(verb string, fn func(*skel.CmdArgs) error, a attachment, extra map[string]any) error {
 	h.t.Helper()
@@ -1152,14 +1167,7 @@ func TestPluginCheck(t *testing.T) {
 			t.Run(modeName(vm)+"-"+v, func(t *testing.T) {
 				h := newHarness(t, map[string]any{"vm": vm, "cniVersion": v})
 				a := att("a")
-				out, err := h.add(a, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var prev map[string]any
-				if err := json.Unmarshal([]byte(out), &prev); err != nil {
-					t.Fatal(err)
-				}
+				prev := h.mustAddPrev(a)
 				check := func() error {
 					return h.other("CHECK", h.p.Check, a, map[string]any{"prevResult": prev})
 				}
