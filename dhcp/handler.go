@@ -165,10 +165,16 @@ func (h *Handler) discover(req *dhcpv4.DHCPv4) (*dhcpv4.DHCPv4, error) {
 		return nil, err
 	}
 	if !ok {
-		// A quarantined CNI reservation is still the VM's address: a
-		// dynamic one besides it would give the MAC two leases once the
-		// quarantine ends (the store refuses it too).
-		if l.State == leases.StateDeclined && (h.cfg.DynamicRange == nil || l.Source == leases.SourceCNI) {
+		switch {
+		case l.MAC != "" && !l.Known():
+			// A newer vmlane's lease holds the MAC: what it means is
+			// not this version's to guess, and the store refuses the
+			// MAC a second lease.
+			return h.dropped(DropUnknownLease, req, fmt.Sprintf("the MAC's lease of %s has state %q and source %q, which this version does not know", l.IP, l.State, l.Source))
+		case l.State == leases.StateDeclined && (h.cfg.DynamicRange == nil || l.Source == leases.SourceCNI):
+			// A quarantined CNI reservation is still the VM's address:
+			// a dynamic one besides it would give the MAC two leases
+			// once the quarantine ends (the store refuses it too).
 			return h.dropped(DropDeclined, req, "the MAC's reserved address "+l.IP.String()+" is quarantined after a DECLINE until "+l.Expires.Format(time.RFC3339))
 		}
 		if h.cfg.DynamicRange == nil {
@@ -319,6 +325,7 @@ func (h *Handler) decline(req *dhcpv4.DHCPv4) error {
 		}
 		return err
 	}
+	// l is served (Lookup's ok), so its source is one this version knows.
 	if l.Source == leases.SourceCNI {
 		// The pod's address is used by someone else on the bridge: the
 		// VM cannot get another (its address is the pod IP), so an
@@ -333,10 +340,14 @@ func (h *Handler) decline(req *dhcpv4.DHCPv4) error {
 
 func (h *Handler) inform(req *dhcpv4.DHCPv4) (*dhcpv4.DHCPv4, error) {
 	// RFC 2131 §4.3.5: ACK with configuration only: no yiaddr, no lease
-	// time. The hostname comes with it if the MAC has a lease.
+	// time. The hostname comes with it if the MAC has a lease, but not
+	// from a lease this version does not know (a newer vmlane's).
 	l, _, err := h.alloc.Lookup(req.ClientHWAddr)
 	if err != nil {
 		return nil, err
+	}
+	if !l.Known() {
+		l = leases.Lease{}
 	}
 	return h.ack(req, dhcpv4.MessageTypeAck, l, false)
 }

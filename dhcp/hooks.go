@@ -25,6 +25,7 @@ const (
 	DropRateLimitedOverflow = "rate_limited_overflow" // over the share of the clients past MaxClients (server only)
 	DropRateLimitedGlobal   = "rate_limited_global"   // over the server's GlobalRate (server only)
 	DropQueueFull           = "queue_full"            // every handler busy and the queue full (server only)
+	DropUnknownLease        = "unknown_lease"         // the MAC's lease has a state or source this version does not know (a newer vmlane wrote it)
 )
 
 // Reasons for a DHCPNAK, passed to [Hooks.NAK].

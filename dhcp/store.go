@@ -82,9 +82,10 @@ func (a StoreAllocator) Watch(ctx context.Context) error {
 	return nil
 }
 
-// Lookup returns the live (not declined) lease of mac, expired or not: a
-// lapsed binding of a CNI reservation is still the MAC's address. With no
-// live lease but a quarantined one, it returns that, ok false.
+// Lookup returns the lease of mac the server serves ([served]), expired
+// or not: a lapsed binding of a CNI reservation is still the MAC's
+// address. With none but a lease it does not serve (quarantined, or of a
+// state or source this version does not know), it returns that, ok false.
 func (a StoreAllocator) Lookup(mac net.HardwareAddr) (l leases.Lease, ok bool, err error) {
 	if a.cache != nil {
 		return a.cache.lookup(mac.String())
@@ -93,24 +94,49 @@ func (a StoreAllocator) Lookup(mac net.HardwareAddr) (l leases.Lease, ok bool, e
 		if l, ok = tx.ByMAC(mac.String()); ok {
 			return nil
 		}
-		l = quarantined(tx.Leases(), mac.String())
+		l = unserved(tx.Leases(), mac.String())
 		return nil
 	})
 	return l, ok, err
 }
 
-// quarantined returns the declined lease of mac among ls, zero if none.
-func quarantined(ls []leases.Lease, mac string) leases.Lease {
+// served reports whether the server answers for l: a lease of a MAC, not
+// declined, whose state and source this version knows. The others hold
+// their address and MAC all the same: a declined lease until its
+// quarantine ends, one a newer vmlane wrote until a version that knows
+// what it means lets it go.
+func served(l leases.Lease) bool {
+	return l.MAC != "" && l.State != leases.StateDeclined && l.Known()
+}
+
+// rank orders the leases of one MAC by which the server looks up: the
+// served one, else one a newer vmlane wrote (it holds the MAC, whatever a
+// declined lease beside it would allow), else a declined one.
+func rank(l leases.Lease) int {
+	switch {
+	case served(l):
+		return 2
+	case !l.Known():
+		return 1
+	default:
+		return 0
+	}
+}
+
+// unserved returns the lease of mac among ls that the server does not
+// serve and ranks first, zero if none.
+func unserved(ls []leases.Lease, mac string) leases.Lease {
 	m, err := leases.NormalizeMAC(mac)
 	if err != nil {
 		return leases.Lease{}
 	}
+	var out leases.Lease
 	for _, l := range ls {
-		if l.MAC == m && l.State == leases.StateDeclined {
-			return l
+		if l.MAC == m && !served(l) && (out.MAC == "" || rank(l) > rank(out)) {
+			out = l
 		}
 	}
-	return leases.Lease{}
+	return out
 }
 
 // lookupCache is the last parse of the lease file, indexed by MAC. Readers
@@ -148,8 +174,8 @@ type lookupCache struct {
 	// made from. Guarded by mu.
 	id  fileID
 	ver uint64
-	// byMAC holds each MAC's live lease or, when it has none, its
-	// declined one. Guarded by mu.
+	// byMAC holds each MAC's served lease or, when it has none, one it
+	// has that is not served. Guarded by mu.
 	byMAC   map[string]leases.Lease
 	valid   bool      // guarded by mu
 	checked time.Time // last look at the file; guarded by mu
@@ -195,7 +221,7 @@ func (c *lookupCache) lookupFresh(mac string) (leases.Lease, bool, error) {
 		return leases.Lease{}, false, err
 	}
 	l := c.byMAC[m]
-	return l, l.MAC != "" && l.State != leases.StateDeclined, nil
+	return l, served(l), nil
 }
 
 func (c *lookupCache) lookup(mac string) (leases.Lease, bool, error) {
@@ -206,7 +232,7 @@ func (c *lookupCache) lookup(mac string) (leases.Lease, bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.valid && c.watched.Load() && !c.dirty.Load() && time.Since(c.checked) < maxTrust {
-		if l, ok := c.byMAC[m]; ok && l.State != leases.StateDeclined {
+		if l, ok := c.byMAC[m]; ok && served(l) {
 			return l, true, nil
 		}
 	}
@@ -214,7 +240,7 @@ func (c *lookupCache) lookup(mac string) (leases.Lease, bool, error) {
 		return leases.Lease{}, false, err
 	}
 	l := c.byMAC[m]
-	return l, l.MAC != "" && l.State != leases.StateDeclined, nil
+	return l, served(l), nil
 }
 
 // refreshLocked re-indexes the file when it changed; strict, it does not
@@ -295,8 +321,9 @@ func (c *lookupCache) prefetch() {
 	c.byMAC, c.id, c.ver, c.valid, c.checked = byMAC, id, v, true, now
 }
 
-// load reads the file and indexes it by MAC: each MAC's live lease or,
-// when it has none, its declined one.
+// load reads the file and indexes it by MAC: each MAC's served lease or,
+// when it has none, one that is not served (a newer vmlane's, else a
+// declined one; see rank).
 func (c *lookupCache) load() (map[string]leases.Lease, error) {
 	snap, err := c.read()
 	if err != nil {
@@ -304,13 +331,12 @@ func (c *lookupCache) load() (map[string]leases.Lease, error) {
 	}
 	byMAC := make(map[string]leases.Lease, len(snap.Leases()))
 	for _, l := range snap.Leases() {
-		if l.MAC != "" && l.State != leases.StateDeclined {
-			byMAC[l.MAC] = l
+		if l.MAC == "" {
+			continue
 		}
-	}
-	for _, l := range snap.Leases() {
-		if _, live := byMAC[l.MAC]; l.MAC != "" && !live {
-			byMAC[l.MAC] = l // declined: said why, never served
+		// The first of the best rank: an unserved one says why.
+		if prev, seen := byMAC[l.MAC]; !seen || rank(l) > rank(prev) {
+			byMAC[l.MAC] = l
 		}
 	}
 	return byMAC, nil

@@ -317,11 +317,17 @@ func TestRoundTrips(t *testing.T) {
 		"year 10000":    {func(f *File) { f.Leases[0].Expires = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) }, false},
 		"zero time+loc": {func(f *File) { f.Leases[0].Expires = time.Time{}.In(paris) }, false},
 		"duplicate IP":  {func(f *File) { f.Leases = append(f.Leases, f.Leases[0]) }, false},
-		"unknown state": {func(f *File) { f.Leases[0].State = "x" }, false},
+		"unknown state": {func(f *File) { f.Leases[0].State = "x" }, true},
+		"no state":      {func(f *File) { f.Leases[0].State = "" }, false},
 		"version 2":     {func(f *File) { f.Version = 2 }, false},
 		"non-utf8 node": {func(f *File) { f.Node = "\xff" }, false},
 		"no gateway":    {func(f *File) { f.Gateway = netip.Addr{} }, true},
 		"last reserved": {func(f *File) { f.LastReserved = netip.MustParseAddr("10.1.0.2") }, true},
+		"unknown members": {func(f *File) {
+			f.Unknown = UnknownMembers{`"g":1,"h" : {"i":[true]}`}
+			f.Leases[0].Unknown = UnknownMembers{`"v":"\u00e9"`}
+			f.Leases[0].Pod = Pod{Unknown: UnknownMembers{`"tier":"gold"`}}
+		}, true},
 		"dhcp, no extra": {func(f *File) {
 			f.Leases[0] = Lease{MAC: "02:00:00:00:00:01", IP: netip.MustParseAddr("10.1.0.9"), State: StateReserved, Source: SourceDHCP}
 		}, true},

@@ -17,12 +17,16 @@ import (
 // field out of it, so a lease costs no allocation; rare escaped or non-ASCII
 // strings fall back to encoding/json for exactly its semantics. Whatever it
 // accepts, encoding/json decodes to the same File (FuzzCodecMatchesEncodingJSON
-// checks it). It is stricter in two ways no writer meets: a repeated
-// "leases" key, and unknown members nested over 64 levels deep.
+// checks it), but for the members neither knows: encoding/json drops them,
+// this decoder keeps them verbatim (see UnknownMembers). It is stricter in
+// two ways no writer meets: a repeated "leases" key, and unknown members
+// nested over 64 levels deep.
 
 type decoder struct {
 	s   string
 	pos int
+	// key is where the key of the member being read starts, for keep.
+	key int
 }
 
 func (d *decoder) errorf(format string, args ...any) error {
@@ -164,7 +168,8 @@ func (d *decoder) number() (string, error) {
 	return d.s[start:d.pos], nil
 }
 
-// skip consumes any JSON value (a field this version does not know).
+// skip consumes any JSON value (that of a member this version does not
+// know).
 func (d *decoder) skip(depth int) error {
 	if depth > 64 {
 		return d.errorf("nesting too deep")
@@ -199,6 +204,8 @@ func (d *decoder) object(field func(key string) error) error {
 		return nil
 	}
 	for {
+		d.ws()
+		d.key = d.pos
 		key, err := d.str()
 		if err != nil {
 			return err
@@ -403,10 +410,10 @@ func (d *decoder) lease(l *Lease) error {
 				case "uid":
 					return d.strField(&l.Pod.UID, "uid")
 				}
-				return d.skip(0)
+				return d.keep(&l.Pod.Unknown)
 			})
 		}
-		return d.skip(0)
+		return d.keep(&l.Unknown)
 	})
 }
 
@@ -492,7 +499,7 @@ func decodeFile(data []byte) (*File, error) {
 				return nil
 			})
 		}
-		return d.skip(0)
+		return d.keep(&f.Unknown)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("parsing lease file: %w", err)

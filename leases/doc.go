@@ -48,5 +48,31 @@
 // it. "lastReserved" is the allocator's round-robin cursor (as host-local
 // keeps one): it is an addition to the documented contract that readers may
 // ignore. "bridgePort" names the host veth anti-spoofing checks the
-// attachment on (absent when the network has it off). schema.json in this folder is the JSON Schema of the format.
+// attachment on (absent when the network has it off), and "vm" marks a VM
+// pod's attachment. schema.json in this folder is the JSON Schema of the
+// format.
+//
+// # Forward compatibility
+//
+// During a rolling upgrade binaries of two versions share a node's file (an
+// older CNI plugin beside a newer vmlaned), so a version 1 file may hold
+// what a newer writer added, and an older binary must neither refuse it nor
+// lose it when it rewrites the file:
+//
+//   - Members this version does not know, at the top level, in a lease or
+//     in its "pod", are kept verbatim ([UnknownMembers]) and written back
+//     after the known members of their object, in the order they were
+//     read. A lease this version creates has none.
+//   - A lease whose "state" or "source" this version does not know
+//     ([Lease.Known] is false) does not make the file unreadable (only a
+//     missing one does). It is kept as it is and skipped: its ip and mac
+//     stay held against every allocation (Reserve never hands them to
+//     another lease), but no lookup that serves an address returns it
+//     ([Snapshot.ByMAC], [Tx.ByMAC], [Tx.Get], [Snapshot.Compat]), and no
+//     change touches it: Release, ReleaseMAC, GC and Expire leave it, Bind,
+//     Decline and a Reserve for its attachment refuse with [ErrConflict].
+//     Listings ([Snapshot.Leases], [Tx.Leases]) and the lookups that say
+//     who holds an address ([Snapshot.ByIP], [Tx.ByIP], [Snapshot.ByPod])
+//     include it; their callers check [Lease.Known]. What the value means
+//     is for a version that knows it to act on.
 package leases

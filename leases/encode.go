@@ -6,9 +6,10 @@ import (
 	"time"
 )
 
-// The encoder appends the canonical form directly: the same bytes
-// encoding/json produces for File (the round-trip test and FuzzDecode hold
-// it to that), without reflection.
+// The encoder appends the canonical form directly, without reflection: for
+// the known members the same bytes encoding/json produces for File (the
+// round-trip test and FuzzCodecMatchesEncodingJSON hold it to that), then
+// each object's unknown members verbatim, in the order they were read.
 
 // appendString appends s as a JSON string. Strings that need escaping (rare
 // in a lease file) go through encoding/json, so escaping matches it exactly,
@@ -72,6 +73,7 @@ func appendLease(b []byte, l *Lease) []byte {
 	}
 	if l.Pod != (Pod{}) {
 		b = appendField(b, false, "pod")
+		b = append(b, '{')
 		first := true
 		for _, f := range [...]struct{ name, v string }{
 			{"namespace", l.Pod.Namespace}, {"name", l.Pod.Name}, {"uid", l.Pod.UID},
@@ -79,13 +81,11 @@ func appendLease(b []byte, l *Lease) []byte {
 			if f.v == "" {
 				continue
 			}
-			if first {
-				b = append(b, '{')
-			}
 			b = appendField(b, first, f.name)
 			b = appendString(b, f.v)
 			first = false
 		}
+		b = appendUnknown(b, first, l.Pod.Unknown)
 		b = append(b, '}')
 	}
 	if l.Hostname != "" {
@@ -100,11 +100,14 @@ func appendLease(b []byte, l *Lease) []byte {
 		b = appendField(b, false, "expires")
 		b = appendTime(b, l.Expires)
 	}
+	b = appendUnknown(b, false, l.Unknown)
 	return append(b, '}')
 }
 
 // Encode renders f in the file's canonical form: leases sorted by IP, one
-// lease per line so that a diff of two versions is readable.
+// lease per line so that a diff of two versions is readable. The members a
+// newer writer added and Decode kept ([UnknownMembers]) follow the known
+// members of their object.
 func (f *File) Encode() ([]byte, error) {
 	f.sort()
 	b := make([]byte, 0, 256+384*len(f.Leases))
@@ -138,7 +141,9 @@ func (f *File) Encode() ([]byte, error) {
 	if len(f.Leases) > 0 {
 		b = append(b, '\n')
 	}
-	return append(b, "]}\n"...), nil
+	b = append(b, ']')
+	b = appendUnknown(b, false, f.Unknown)
+	return append(b, "}\n"...), nil
 }
 
 func appendInt(b []byte, n int) []byte {

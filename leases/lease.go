@@ -32,6 +32,17 @@ const (
 	StateDeclined State = "declined"
 )
 
+// Known reports whether this version knows s. A state it does not know is
+// a newer writer's: see the package doc for what readers do with its lease.
+func (s State) Known() bool {
+	switch s {
+	case StateReserved, StateBound, StateDeclined:
+		return true
+	default:
+		return false
+	}
+}
+
 // Source says who created a lease.
 type Source string
 
@@ -43,11 +54,23 @@ const (
 	SourceDHCP Source = "dhcp"
 )
 
+// Known reports whether this version knows s (see [State.Known]).
+func (s Source) Known() bool {
+	switch s {
+	case SourceCNI, SourceDHCP:
+		return true
+	default:
+		return false
+	}
+}
+
 // Pod names the Kubernetes pod a lease belongs to.
 type Pod struct {
 	Namespace string `json:"namespace,omitempty"`
 	Name      string `json:"name,omitempty"`
 	UID       string `json:"uid,omitempty"`
+	// Unknown holds a newer writer's members of "pod".
+	Unknown UnknownMembers `json:"-"`
 }
 
 // Key identifies a CNI attachment: a container ID and the interface name the
@@ -85,11 +108,21 @@ type Lease struct {
 	// Expires is zero for a CNI reservation that no DHCP client has bound:
 	// such a reservation lasts until it is released.
 	Expires time.Time `json:"expires,omitzero"`
+	// Unknown holds a newer writer's members of the lease, which a
+	// rewrite keeps.
+	Unknown UnknownMembers `json:"-"`
 }
 
 // Key returns the CNI attachment the lease belongs to; it is zero for leases
 // the DHCP server allocated on its own.
 func (l Lease) Key() Key { return Key{ContainerID: l.ContainerID, IfName: l.IfName} }
+
+// Known reports whether this version knows the lease's state and source,
+// and so what the lease means. A lease it does not know (a newer writer's)
+// still holds its address and its MAC against every allocation and is
+// written back as it is, but no lookup serves it and no change touches it:
+// see the package doc.
+func (l Lease) Known() bool { return l.State.Known() && l.Source.Known() }
 
 // Expired reports whether the lease has an expiry and it has passed.
 func (l Lease) Expired(now time.Time) bool {
@@ -105,6 +138,8 @@ type File struct {
 	// LastReserved is the allocator's round-robin cursor.
 	LastReserved netip.Addr `json:"lastReserved,omitzero"`
 	Leases       []Lease    `json:"leases"`
+	// Unknown holds a newer writer's top-level members.
+	Unknown UnknownMembers `json:"-"`
 }
 
 // NormalizeMAC returns mac in the file's canonical form: lowercase,
@@ -137,9 +172,9 @@ func NormalizeMAC(mac string) (string, error) {
 	return hw.String(), nil
 }
 
-// Decode parses and validates a lease file. Unknown fields are ignored so
-// that a newer writer's additions do not break older readers; an unknown
-// version is an error.
+// Decode parses and validates a lease file. Members this version does not
+// know do not break it: they are kept (see [UnknownMembers]) and Encode
+// writes them back. An unknown version is an error.
 func Decode(data []byte) (*File, error) {
 	// decodeOwned keeps slices of its input; a caller may reuse data.
 	return decodeOwned(bytes.Clone(data))
@@ -187,15 +222,14 @@ func (f *File) validate() error {
 		if l.MAC != "" && !canonicalMAC(l.MAC) {
 			return fmt.Errorf("lease %d: mac %q is not lowercase colon-separated", i, l.MAC)
 		}
-		switch l.State {
-		case StateReserved, StateBound, StateDeclined:
-		default:
-			return fmt.Errorf("lease %d: unknown state %q", i, l.State)
+		// A state or source this version does not know is a newer
+		// writer's, kept and skipped (Lease.Known); only a missing one
+		// is no lease at all.
+		if l.State == "" {
+			return fmt.Errorf("lease %d has no \"state\"", i)
 		}
-		switch l.Source {
-		case SourceCNI, SourceDHCP:
-		default:
-			return fmt.Errorf("lease %d: unknown source %q", i, l.Source)
+		if l.Source == "" {
+			return fmt.Errorf("lease %d has no \"source\"", i)
 		}
 	}
 	return nil

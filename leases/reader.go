@@ -81,7 +81,9 @@ func (s *Snapshot) At(now time.Time) *Snapshot {
 func (s *Snapshot) Leases() []Lease { return s.File.Leases }
 
 // ByMAC returns the lease of a VM's MAC, in any accepted spelling. Declined
-// and expired leases are not returned: their address is not the VM's. When
+// and expired leases are not returned: their address is not the VM's; nor
+// are leases of a state or source this version does not know, whose
+// meaning it cannot tell ([Lease.Known]). When
 // a MAC has several leases (bootpd keeps old ones), the first in the file
 // wins: bootpd lists the newest first.
 func (s *Snapshot) ByMAC(mac string) (Lease, bool) {
@@ -91,7 +93,7 @@ func (s *Snapshot) ByMAC(mac string) (Lease, bool) {
 	}
 	for i := range s.File.Leases {
 		l := &s.File.Leases[i]
-		if l.MAC == m && l.State != StateDeclined {
+		if l.MAC == m && l.State != StateDeclined && l.Known() {
 			if l.Expired(s.now) {
 				return Lease{}, false
 			}
@@ -101,7 +103,8 @@ func (s *Snapshot) ByMAC(mac string) (Lease, bool) {
 	return Lease{}, false
 }
 
-// ByIP returns the lease of an address, whatever its state.
+// ByIP returns the lease that holds an address, whatever its state, even
+// one this version does not know: check [Lease.Known] before using it.
 func (s *Snapshot) ByIP(ip netip.Addr) (Lease, bool) {
 	ip = ip.Unmap()
 	for _, l := range s.File.Leases {
@@ -112,7 +115,9 @@ func (s *Snapshot) ByIP(ip netip.Addr) (Lease, bool) {
 	return Lease{}, false
 }
 
-// ByPod returns the leases of a pod (one per attachment).
+// ByPod returns the leases of a pod (one per attachment), whatever their
+// state: declined ones and ones this version does not know included, so
+// check State and [Lease.Known] before using one's address.
 func (s *Snapshot) ByPod(namespace, name string) []Lease {
 	var out []Lease
 	for _, l := range s.File.Leases {
@@ -134,12 +139,14 @@ type CompatLease struct {
 // released, which the compat format cannot express.
 var compatForever = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
 
-// Compat returns the live leases that have a MAC in the cocoon-net format.
-// Reservations held until released get the expiry 9999-12-31T23:59:59Z.
+// Compat returns the live leases that have a MAC in the cocoon-net format:
+// neither declined, nor expired, nor of a state or source this version does
+// not know. Reservations held until released get the expiry
+// 9999-12-31T23:59:59Z.
 func (s *Snapshot) Compat() []CompatLease {
 	out := make([]CompatLease, 0, len(s.File.Leases))
 	for _, l := range s.File.Leases {
-		if l.MAC == "" || l.State == StateDeclined || l.Expired(s.now) {
+		if l.MAC == "" || l.State == StateDeclined || !l.Known() || l.Expired(s.now) {
 			continue
 		}
 		exp := l.Expires

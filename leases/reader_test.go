@@ -73,8 +73,8 @@ func TestDecodeErrorsNameTheProblem(t *testing.T) {
 		{`{"version":1,"subnet":"10.0.0.0/24","gateway":"10.9.0.1","leases":[]}`, "gateway 10.9.0.1 is outside"},
 		{`{"version":1,"subnet":"10.0.0.0/24","leases":[{"ip":"10.1.0.2","state":"bound","source":"cni"}]}`, "outside subnet"},
 		{`{"version":1,"subnet":"10.0.0.0/24","leases":[{"ip":"10.0.0.2","mac":"02:AA:00:00:00:01","state":"bound","source":"cni"}]}`, "not lowercase"},
-		{`{"version":1,"subnet":"10.0.0.0/24","leases":[{"ip":"10.0.0.2","state":"gone","source":"cni"}]}`, `unknown state "gone"`},
-		{`{"version":1,"subnet":"10.0.0.0/24","leases":[{"ip":"10.0.0.2","state":"bound","source":"x"}]}`, `unknown source "x"`},
+		{`{"version":1,"subnet":"10.0.0.0/24","leases":[{"ip":"10.0.0.2","source":"cni"}]}`, `lease 0 has no "state"`},
+		{`{"version":1,"subnet":"10.0.0.0/24","leases":[{"ip":"10.0.0.2","state":"bound","source":""}]}`, `lease 0 has no "source"`},
 		{`{"version":1,"subnet":"10.0.0.0/24","leases":[{"state":"bound","source":"cni"}]}`, `no valid "ip"`},
 	} {
 		_, err := Decode([]byte(tc.in))

@@ -21,7 +21,8 @@ import (
 // The tests in this file keep schema.json from drifting away from the Go
 // types: its property names must be exactly the json tags, its required
 // lists exactly the members the encoder always writes, its enums exactly the
-// State and Source constants, and files the store writes must validate.
+// State and Source constants (beside which a newer writer's values are
+// allowed), and files the store writes must validate.
 
 const draft202012 = "https://json-schema.org/draft/2020-12/schema"
 
@@ -157,9 +158,12 @@ func TestSchemaEnumsMatchConstants(t *testing.T) {
 	root := loadSchema(t)
 	_, lease, _ := subschemas(t, root)
 	props := lease["properties"].(map[string]any)
+	// The enum is the first alternative; the other admits a newer
+	// writer's values (testdata/newer-binary.json validates).
 	enum := func(name string) []string {
 		var out []string
-		for _, v := range asSlice(props[name].(map[string]any)["enum"]) {
+		first := asSlice(props[name].(map[string]any)["anyOf"])[0].(map[string]any)
+		for _, v := range asSlice(first["enum"]) {
 			out = append(out, v.(string))
 		}
 		slices.Sort(out)
@@ -221,7 +225,13 @@ func TestLeaseFilesValidateAgainstSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, data := range map[string][]byte{"testdata/example.json": example, "store output": storeWrittenFile(t)} {
+	// A newer writer's file (members and a state and source version 1
+	// does not define) is a version 1 file too.
+	newer, err := os.ReadFile("testdata/newer-binary.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{"testdata/example.json": example, "testdata/newer-binary.json": newer, "store output": storeWrittenFile(t)} {
 		var doc any
 		if err := json.Unmarshal(data, &doc); err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -250,8 +260,10 @@ func TestSchemaRejects(t *testing.T) {
 		"mac missing":         func(d map[string]any) { delete(lease0(d), "mac") },
 		"ip not an IP":        func(d map[string]any) { lease0(d)["ip"] = "10.244.3" },
 		"ip missing":          func(d map[string]any) { delete(lease0(d), "ip") },
-		"unknown state":       func(d map[string]any) { lease0(d)["state"] = "gone" },
-		"unknown source":      func(d map[string]any) { lease0(d)["source"] = "static" },
+		"empty state":         func(d map[string]any) { lease0(d)["state"] = "" },
+		"state a number":      func(d map[string]any) { lease0(d)["state"] = 1.0 },
+		"empty source":        func(d map[string]any) { lease0(d)["source"] = "" },
+		"source missing":      func(d map[string]any) { delete(lease0(d), "source") },
 		"created not RFC3339": func(d map[string]any) { lease0(d)["created"] = "2026-11-22 17:00:00" },
 		"expires a number":    func(d map[string]any) { lease0(d)["expires"] = 1.7e9 },
 		"pod a string":        func(d map[string]any) { lease0(d)["pod"] = "vms/vm-a" },

@@ -92,6 +92,9 @@ func (tx *Tx) Reserve(req ReserveRequest) (Lease, error) {
 	}
 	if i := tx.indexOfOwner(req); i >= 0 {
 		l := f.Leases[i]
+		if !l.Known() {
+			return Lease{}, fmt.Errorf("%w: %s holds %s", ErrConflict, describe(l), l.IP)
+		}
 		if req.IP.IsValid() && req.IP != l.IP {
 			return Lease{}, fmt.Errorf("%w: %s already holds %s, the request asks for %s", ErrConflict, describe(l), l.IP, req.IP)
 		}
@@ -101,6 +104,9 @@ func (tx *Tx) Reserve(req ReserveRequest) (Lease, error) {
 		return l, nil
 	}
 
+	// Every lease holds its address, whatever its state: a declined one
+	// until its quarantine ends, one this version does not know until a
+	// version that knows it lets it go.
 	held := make(map[netip.Addr]*Lease, len(f.Leases))
 	for i := range f.Leases {
 		held[f.Leases[i].IP] = &f.Leases[i]
@@ -130,6 +136,7 @@ func (tx *Tx) Reserve(req ReserveRequest) (Lease, error) {
 		// With a derived MAC, an address whose MAC some lease already has
 		// (a runtime asked for it explicitly) is as good as held:
 		// allocating it would fail on the MAC and block every later ADD.
+		// (A lease this version does not know holds its MAC, below.)
 		macHeld := map[string]bool{}
 		if req.MAC == "" && req.MACFor != nil {
 			for _, l := range f.Leases {
@@ -169,7 +176,10 @@ func (tx *Tx) Reserve(req ReserveRequest) (Lease, error) {
 		// the VM's address, and it turns reserved again when its
 		// quarantine ends, so a second lease now would leave the MAC
 		// with two. A declined dynamic lease does not: it only keeps
-		// the address out of use, and its client gets another.
+		// the address out of use, and its client gets another. A lease
+		// this version does not know holds its MAC too (its state is
+		// not StateDeclined): whether its writer would let the MAC have
+		// a second lease, this version cannot tell.
 		for _, l := range f.Leases {
 			if l.MAC == mac && (l.State != StateDeclined || l.Source == SourceCNI) {
 				return Lease{}, fmt.Errorf("MAC %s: %w by %s (ip %s, %s)", mac, ErrInUse, describe(l), l.IP, l.State)
@@ -196,16 +206,23 @@ func (tx *Tx) Reserve(req ReserveRequest) (Lease, error) {
 	return l, nil
 }
 
-// indexOfOwner finds the lease the request already owns, or -1.
+// indexOfOwner finds the lease the request already owns, or -1. Reserve
+// has checked req.Source.
 func (tx *Tx) indexOfOwner(req ReserveRequest) int {
 	for i, l := range tx.f.Leases {
 		switch req.Source {
 		case SourceCNI:
+			// The attachment's lease in any state: one in a state this
+			// version does not know is found too, for Reserve to refuse
+			// rather than give the attachment a second lease.
 			if l.Source == SourceCNI && l.Key() == req.Key {
 				return i
 			}
 		case SourceDHCP:
-			if l.Source == SourceDHCP && l.MAC == req.MAC && l.State != StateDeclined {
+			// A MAC's declined dynamic lease is not its own any more;
+			// one in a state this version does not know is not its to
+			// use, and holds the MAC (Reserve says ErrInUse).
+			if l.Source == SourceDHCP && l.MAC == req.MAC && l.State != StateDeclined && l.State.Known() {
 				return i
 			}
 		}
@@ -216,6 +233,8 @@ func (tx *Tx) indexOfOwner(req ReserveRequest) int {
 // describe names a lease's holder for error messages.
 func describe(l Lease) string {
 	switch {
+	case !l.Known():
+		return fmt.Sprintf("a lease of state %q and source %q, which this version does not know (a newer vmlane's)", l.State, l.Source)
 	case l.State == StateDeclined:
 		return "a quarantined (declined) address"
 	case l.Pod.Name != "":
@@ -227,31 +246,34 @@ func describe(l Lease) string {
 	}
 }
 
-// Get returns the lease of a CNI attachment.
+// Get returns the lease of a CNI attachment, unless its state is one this
+// version does not know.
 func (tx *Tx) Get(key Key) (Lease, bool) {
 	for _, l := range tx.f.Leases {
-		if l.Source == SourceCNI && l.Key() == key {
+		if l.Source == SourceCNI && l.State.Known() && l.Key() == key {
 			return l, true
 		}
 	}
 	return Lease{}, false
 }
 
-// ByMAC returns the live (not declined) lease of a MAC.
+// ByMAC returns the live lease of a MAC: not declined, and of a state and
+// source this version knows.
 func (tx *Tx) ByMAC(mac string) (Lease, bool) {
 	mac, err := NormalizeMAC(mac)
 	if err != nil {
 		return Lease{}, false
 	}
 	for _, l := range tx.f.Leases {
-		if l.MAC == mac && l.State != StateDeclined {
+		if l.MAC == mac && l.State != StateDeclined && l.Known() {
 			return l, true
 		}
 	}
 	return Lease{}, false
 }
 
-// ByIP returns the lease of an address, declined ones included.
+// ByIP returns the lease that holds an address, whatever it is: declined,
+// or of a state or source this version does not know ([Lease.Known]).
 func (tx *Tx) ByIP(ip netip.Addr) (Lease, bool) {
 	if i := tx.indexOfIP(ip); i >= 0 {
 		return tx.f.Leases[i], true
@@ -277,9 +299,12 @@ func (tx *Tx) Leases() []Lease {
 
 // Release frees the lease of a CNI attachment. Releasing what is not held is
 // not an error (CNI DEL must succeed when there is nothing left to delete).
+// A lease in a state this version does not know stays, for a version that
+// knows what the state means: the address stays held meanwhile, the safe
+// side.
 func (tx *Tx) Release(key Key) (Lease, bool) {
 	for i, l := range tx.f.Leases {
-		if l.Source == SourceCNI && l.Key() == key {
+		if l.Source == SourceCNI && l.State.Known() && l.Key() == key {
 			tx.mustWrite()
 			tx.f.Leases = slices.Delete(tx.f.Leases, i, i+1)
 			return l, true
@@ -290,14 +315,15 @@ func (tx *Tx) Release(key Key) (Lease, bool) {
 
 // ReleaseMAC handles a DHCP client giving up its address (DHCPRELEASE): a
 // DHCP lease is removed; a CNI reservation stays held for its pod and goes
-// back to reserved.
+// back to reserved. Declined leases and leases this version does not know
+// are not the client's to give up.
 func (tx *Tx) ReleaseMAC(mac string) (Lease, bool) {
 	mac, err := NormalizeMAC(mac)
 	if err != nil {
 		return Lease{}, false
 	}
 	for i, l := range tx.f.Leases {
-		if l.MAC != mac || l.State == StateDeclined {
+		if l.MAC != mac || l.State == StateDeclined || !l.Known() {
 			continue
 		}
 		tx.mustWrite()
@@ -324,10 +350,12 @@ func (tx *Tx) Bind(mac string, ip netip.Addr, expires time.Time, hostname string
 		return Lease{}, fmt.Errorf("binding %s to %s: %w", ip, mac, ErrNotFound)
 	}
 	l := &tx.f.Leases[i]
-	if l.State == StateDeclined {
+	switch {
+	case !l.Known():
+		return Lease{}, fmt.Errorf("binding %s to %s: %w: it is held by %s", ip, mac, ErrConflict, describe(*l))
+	case l.State == StateDeclined:
 		return Lease{}, fmt.Errorf("binding %s to %s: %w: the address is quarantined until %s", ip, mac, ErrConflict, l.Expires.Format(time.RFC3339))
-	}
-	if l.MAC != "" && l.MAC != mac {
+	case l.MAC != "" && l.MAC != mac:
 		return Lease{}, fmt.Errorf("binding %s to %s: %w: it is held for MAC %s", ip, mac, ErrConflict, l.MAC)
 	}
 	expires = normTime(expires)
@@ -344,7 +372,8 @@ func (tx *Tx) Bind(mac string, ip netip.Addr, expires time.Time, hostname string
 // Decline quarantines ip until until, because a client found it in use by
 // someone else (DHCPDECLINE, RFC 2131 §4.3.3). A CNI reservation keeps its
 // attachment, so DEL still releases it; an address that no lease held gets
-// a quarantine lease of its own.
+// a quarantine lease of its own. An address held by a lease this version
+// does not know is left to it (ErrConflict).
 func (tx *Tx) Decline(ip netip.Addr, mac string, until time.Time) (Lease, error) {
 	if mac != "" {
 		m, err := NormalizeMAC(mac)
@@ -358,8 +387,12 @@ func (tx *Tx) Decline(ip netip.Addr, mac string, until time.Time) (Lease, error)
 		return Lease{}, fmt.Errorf("declined ip %s is not a usable address of %s", ip, tx.f.Subnet)
 	}
 	until = normTime(until)
+	i := tx.indexOfIP(ip)
+	if i >= 0 && !tx.f.Leases[i].Known() {
+		return Lease{}, fmt.Errorf("decline of %s: %w: it is held by %s", ip, ErrConflict, describe(tx.f.Leases[i]))
+	}
 	tx.mustWrite()
-	if i := tx.indexOfIP(ip); i >= 0 {
+	if i >= 0 {
 		l := &tx.f.Leases[i]
 		if mac != "" && l.MAC != "" && l.MAC != mac {
 			return Lease{}, fmt.Errorf("decline of %s from %s: %w: it is held for MAC %s", ip, mac, ErrConflict, l.MAC)
@@ -373,7 +406,8 @@ func (tx *Tx) Decline(ip netip.Addr, mac string, until time.Time) (Lease, error)
 }
 
 // GC releases every CNI lease whose attachment is not in valid (CNI GC,
-// cni.dev/valid-attachments). DHCP leases are left to expiry.
+// cni.dev/valid-attachments). DHCP leases are left to expiry, and leases
+// in a state this version does not know to a version that knows it.
 func (tx *Tx) GC(valid []Key) []Lease {
 	keep := make(map[Key]bool, len(valid))
 	for _, k := range valid {
@@ -381,7 +415,7 @@ func (tx *Tx) GC(valid []Key) []Lease {
 	}
 	var released []Lease
 	tx.f.Leases = slices.DeleteFunc(tx.f.Leases, func(l Lease) bool {
-		if l.Source == SourceCNI && !keep[l.Key()] {
+		if l.Source == SourceCNI && l.State.Known() && !keep[l.Key()] {
 			released = append(released, l)
 			return true
 		}
@@ -397,17 +431,19 @@ func (tx *Tx) GC(valid []Key) []Lease {
 // quarantine frees its address; an expired binding or quarantine of a CNI
 // reservation goes back to reserved, because the pod still owns the
 // address. It returns the leases it changed or removed, as they were.
+// Leases this version does not know are left alone: what their expiry
+// means is their writer's to say.
 func (tx *Tx) Expire() []Lease {
 	var changed []Lease
 	tx.f.Leases = slices.DeleteFunc(tx.f.Leases, func(l Lease) bool {
-		if !l.Expired(tx.now) {
+		if !l.Expired(tx.now) || !l.Known() {
 			return false
 		}
 		changed = append(changed, l)
 		return l.Source != SourceCNI
 	})
 	for i := range tx.f.Leases {
-		if l := &tx.f.Leases[i]; l.Expired(tx.now) {
+		if l := &tx.f.Leases[i]; l.Expired(tx.now) && l.Known() {
 			l.State, l.Expires = StateReserved, time.Time{}
 		}
 	}

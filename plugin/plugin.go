@@ -543,7 +543,10 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 				keep[k] = true
 			}
 			for _, l := range tx.Leases() {
-				if l.Source == leases.SourceCNI && !keep[l.Key()] {
+				// A lease in a state this version does not know is a
+				// newer vmlane's to release: store.GC keeps it, and its
+				// link stays with it.
+				if l.Source == leases.SourceCNI && l.State.Known() && !keep[l.Key()] {
 					stale = append(stale, l)
 				}
 			}

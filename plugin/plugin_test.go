@@ -120,6 +120,21 @@ func (h *harness) mustAdd(a attachment, extra map[string]any) *current.Result {
 	return parseResult(h.t, out)
 }
 
+// mustAddPrev runs ADD, which must succeed, and returns its result as a
+// later CHECK's prevResult.
+func (h *harness) mustAddPrev(a attachment) map[string]any {
+	h.t.Helper()
+	out, err := h.add(a, nil)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var prev map[string]any
+	if err := json.Unmarshal([]byte(out), &prev); err != nil {
+		h.t.Fatal(err)
+	}
+	return prev
+}
+
 // other runs a verb that must print nothing.
 func (h *harness) other(verb string, fn func(*skel.CmdArgs) error, a attachment, extra map[string]any) error {
 	h.t.Helper()
@@ -1189,14 +1204,7 @@ func TestPluginRequestedMACInDerivedRange(t *testing.T) {
 // result.
 func (h *harness) addForCheck(a attachment) func() error {
 	h.t.Helper()
-	out, err := h.add(a, nil)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	var prev map[string]any
-	if err := json.Unmarshal([]byte(out), &prev); err != nil {
-		h.t.Fatal(err)
-	}
+	prev := h.mustAddPrev(a)
 	return func() error { return h.other("CHECK", h.p.Check, a, map[string]any{"prevResult": prev}) }
 }
 

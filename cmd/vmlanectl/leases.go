@@ -162,8 +162,10 @@ func (c *cli) leasesGet(o *leasesOpts) error {
 }
 
 // staleNote explains a MAC that ByMAC does not find although the file lists
-// it: its lease expired (and nobody has removed it yet) or its address was
-// declined. The operator asking would otherwise think the VM never got one.
+// it: its lease expired (and nobody has removed it yet), its address was
+// declined, or a newer vmlane wrote the lease in a state or with a source
+// this version does not know. The operator asking would otherwise think the
+// VM never got one.
 func staleNote(s *leases.Snapshot, mac string) string {
 	var stale *leases.Lease
 	for _, l := range s.Leases() {
@@ -185,10 +187,14 @@ func staleNote(s *leases.Snapshot, mac string) string {
 	if !stale.Expires.IsZero() {
 		until = stale.Expires.UTC().Format(time.RFC3339)
 	}
-	if stale.State == leases.StateDeclined {
+	switch {
+	case !stale.Known():
+		return fmt.Sprintf(" (its lease for %s has state %q and source %q, which this vmlanectl does not know: a newer vmlane wrote it)", stale.IP, stale.State, stale.Source)
+	case stale.State == leases.StateDeclined:
 		return fmt.Sprintf(" (%s was declined and is quarantined until %s)", stale.IP, until)
+	default:
+		return fmt.Sprintf(" (its lease for %s expired at %s)", stale.IP, until)
 	}
-	return fmt.Sprintf(" (its lease for %s expired at %s)", stale.IP, until)
 }
 
 func (c *cli) leasesWait(o *leasesOpts) error {

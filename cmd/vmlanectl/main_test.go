@@ -428,3 +428,37 @@ func compactDiff(want, got leases.Lease) string {
 	got.Source, got.ContainerID, got.IfName, got.Pod, got.Created = "", "", "", leases.Pod{}, time.Time{}
 	return cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b }))
 }
+
+// TestNewerVmlanesLeases: a file in which a newer vmlane wrote a state and
+// a source this version does not know is listed whole, with the values it
+// holds; get by IP shows such a lease, and get by its MAC says why it is no
+// live lease rather than that the file has none.
+func TestNewerVmlanesLeases(t *testing.T) {
+	path := filepath.Join("..", "..", "leases", "testdata", "newer-binary.json")
+	const table = `IP          MAC                STATE        SOURCE    POD       CONTAINER  IFNAME  HOSTNAME  EXPIRES
+10.244.3.2  02:00:0a:f4:03:02  bound        cni       vms/vm-a  c-a        eth0    vm-a      2026-11-23T16:00:00Z
+10.244.3.3  02:00:0a:f4:03:03  quarantined  cni       vms/vm-q  c-q        eth0    -         2026-11-22T16:45:00Z
+10.244.3.4  52:54:00:00:00:04  bound        kubevirt  -         c-k        eth1    vmi-k     2026-11-22T16:50:00Z
+`
+	r := runAt("leases", "list", "--lease-file", path)
+	if r.code != exitOK {
+		t.Fatalf("list: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if diff := cmp.Diff(table, r.stdout); diff != "" {
+		t.Errorf("list (-want +got):\n%s", diff)
+	}
+	r = runAt("leases", "list", "-o", "json", "--lease-file", path)
+	for _, want := range []string{`"state": "quarantined"`, `"source": "kubevirt"`} {
+		if r.code != exitOK || !strings.Contains(r.stdout, want) {
+			t.Errorf("list -o json: exit %d, stdout lacks %s:\n%s", r.code, want, r.stdout)
+		}
+	}
+	r = runAt("leases", "get", "--ip", "10.244.3.3", "--lease-file", path)
+	if r.code != exitOK || !strings.Contains(r.stdout, "quarantined") {
+		t.Errorf("get --ip: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	r = runAt("leases", "get", "--mac", "52:54:00:00:00:04", "--lease-file", path)
+	if want := `its lease for 10.244.3.4 has state "bound" and source "kubevirt", which this vmlanectl does not know`; r.code != exitFail || !strings.Contains(r.stderr, want) {
+		t.Errorf("get --mac: exit %d, stderr %q, want it to hold %q", r.code, r.stderr, want)
+	}
+}

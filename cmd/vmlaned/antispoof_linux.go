@@ -31,12 +31,13 @@ func newAntiSpoofMetrics(reg prometheus.Registerer) *antiSpoofMetrics {
 }
 
 // guardedPorts is what the lease file says the anti-spoofing table must
-// hold: each CNI lease that names its bridge port. A lease whose MAC does
-// not parse is left out (and logged), never the whole sync.
+// hold: each lease that names its bridge port, whatever its state or
+// source (one a newer vmlane wrote too: its port stays checked). A lease
+// whose MAC does not parse is left out (and logged), never the whole sync.
 func guardedPorts(ls []leases.Lease, log *slog.Logger) []antispoof.Port {
 	var ports []antispoof.Port
 	for _, l := range ls {
-		if l.BridgePort == "" || l.Source != leases.SourceCNI {
+		if l.BridgePort == "" {
 			continue
 		}
 		mac, err := net.ParseMAC(l.MAC)

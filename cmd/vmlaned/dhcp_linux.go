@@ -128,6 +128,25 @@ func startDHCP(ctx context.Context, c *config, subnet netip.Prefix, mtu int, reg
 	return alloc.Flush, nil
 }
 
+// stateUnknown is vmlane_leases' label for every state this version does
+// not know (a newer vmlane's): label values read from a file must stay few
+// and fixed.
+const stateUnknown = "unknown"
+
+// leaseCounts counts leases by vmlane_leases' state label, every label
+// present.
+func leaseCounts(ls []leases.Lease) map[string]int {
+	counts := map[string]int{string(leases.StateReserved): 0, string(leases.StateBound): 0, string(leases.StateDeclined): 0, stateUnknown: 0}
+	for _, l := range ls {
+		if l.State.Known() {
+			counts[string(l.State)]++
+		} else {
+			counts[stateUnknown]++
+		}
+	}
+	return counts
+}
+
 // sweepLeases applies expiry now and then: a dynamic lease whose client
 // went away frees its address, a lapsed binding of a CNI reservation goes
 // back to reserved.
@@ -141,12 +160,8 @@ func sweepLeases(ctx context.Context, store *leases.Store, every time.Duration, 
 			log.Info("leases expired", "count", len(changed))
 		}
 		if all, err := store.List(); err == nil {
-			counts := map[leases.State]int{leases.StateReserved: 0, leases.StateBound: 0, leases.StateDeclined: 0}
-			for _, l := range all {
-				counts[l.State]++
-			}
-			for s, n := range counts {
-				m.leases.WithLabelValues(string(s)).Set(float64(n))
+			for s, n := range leaseCounts(all) {
+				m.leases.WithLabelValues(s).Set(float64(n))
 			}
 		}
 		select {
