@@ -257,6 +257,21 @@ func (tx *Tx) Get(key Key) (Lease, bool) {
 	return Lease{}, false
 }
 
+// SetBridgePort records port as the anti-spoofed bridge port of key's CNI
+// lease, which has none: vmlaned fills it in for the leases a plugin from
+// before anti-spoofing wrote. ok is false when key has no such lease.
+func (tx *Tx) SetBridgePort(key Key, port string) (l Lease, ok bool) {
+	for i := range tx.f.Leases {
+		l := &tx.f.Leases[i]
+		if l.Source == SourceCNI && l.State.Known() && l.Key() == key && l.BridgePort == "" {
+			tx.mustWrite()
+			l.BridgePort = port
+			return *l, true
+		}
+	}
+	return Lease{}, false
+}
+
 // ByMAC returns the live lease of a MAC: not declined, and of a state and
 // source this version knows.
 func (tx *Tx) ByMAC(mac string) (Lease, bool) {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -11,7 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/vmlane/vmlane/internal/antispoof"
+	"github.com/vmlane/vmlane/internal/bridge"
 	"github.com/vmlane/vmlane/leases"
+	"github.com/vmlane/vmlane/plugin"
 )
 
 // antiSpoofMetrics count what the anti-spoofing loop did.
@@ -124,4 +127,34 @@ func runAntiSpoof(ctx context.Context, leaseFile string, period time.Duration, m
 		case <-t.C:
 		}
 	}
+}
+
+// backfillBridgePorts names the bridge port of the CNI leases a plugin
+// from before anti-spoofing wrote, where that port (the attachment's host
+// veth) is on the bridge, so that the next sync checks it: pods that run
+// through the upgrade are protected without being attached again. vmlaned
+// does it only with --anti-spoof, when the conflists it writes have it on.
+func backfillBridgePorts(store *leases.Store, bridgeName string, log *slog.Logger) error {
+	ports, err := bridge.Ports(bridgeName)
+	if err != nil {
+		return fmt.Errorf("listing the ports of bridge %s: %w", bridgeName, err)
+	}
+	var named []leases.Lease
+	err = store.Update(func(tx *leases.Tx) error {
+		for _, l := range tx.Leases() {
+			if l.Source != leases.SourceCNI || l.ContainerID == "" || l.BridgePort != "" {
+				continue
+			}
+			if port := plugin.HostVethName(l.Key()); ports[port] {
+				if nl, ok := tx.SetBridgePort(l.Key(), port); ok {
+					named = append(named, nl)
+				}
+			}
+		}
+		return nil
+	})
+	for _, l := range named {
+		log.Info("lease from before anti-spoofing: its port is checked from now on", "ip", l.IP, "mac", l.MAC, "port", l.BridgePort, "pod", l.Pod.Namespace+"/"+l.Pod.Name)
+	}
+	return err
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 
@@ -59,4 +60,53 @@ func TestAntiSpoofFollowsLeases(t *testing.T) {
 		t.Fatalf("releasing the lease: %v %v", ok, err)
 	}
 	eventually(t, "the port gone with its lease", holds(""))
+}
+
+// TestAntiSpoofBackfillsLeasesFromBefore: a pod attached by a plugin from
+// before anti-spoofing has a lease naming no bridge port and no entry in
+// the table. When vmlaned (with --anti-spoof, the default) starts, it
+// names the port in the lease, since the attachment's host veth is on the
+// bridge, and the port is checked from then on.
+func TestAntiSpoofBackfillsLeasesFromBefore(t *testing.T) {
+	privtest.Require(t, "ip", "iptables")
+	bin := buildBinaries(t)
+	node := netnstest.New(t, "node")
+	d := startStandalone(t, bin, node, "10.250.33.0/24", "--anti-spoof-period", "200ms")
+	tb := antispoof.Table{NetNS: node.Path}
+	tap, ip := d.cniAdd(t, netnstest.New(t, "pod"), "old1", "vm-old")
+	port := plugin.HostVethName(leases.Key{ContainerID: "old1", IfName: "eth0"})
+
+	// As the older plugin left things: no bridgePort, no table.
+	d.kill()
+	raw, err := os.ReadFile(d.leaseFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := strings.Replace(string(raw), `"bridgePort":"`+port+`",`, "", 1)
+	if old == string(raw) {
+		t.Fatalf("lease file has no bridgePort %s to remove:\n%s", port, raw)
+	}
+	if err := os.WriteFile(d.leaseFile, []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.Delete(); err != nil {
+		t.Fatal(err)
+	}
+
+	d.start(t)
+	want := fmt.Sprintf("%s %s %s", port, tap.Mac, ip)
+	eventually(t, "the old pod's port checked after the restart", func() (bool, string) {
+		ps, err := tb.Ports()
+		if err != nil || len(ps) != 1 {
+			return false, fmt.Sprintf("ports %v, %v", ps, err)
+		}
+		return ps[0].String() == want, fmt.Sprintf("port %s, want %s", ps[0], want)
+	})
+	snap, err := leases.Read(d.leaseFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, ok := snap.ByMAC(tap.Mac); !ok || l.BridgePort != port {
+		t.Errorf("lease after the restart: %+v, want bridgePort %s", l, port)
+	}
 }

@@ -122,6 +122,11 @@ func startDHCP(ctx context.Context, c *config, subnet netip.Prefix, mtu int, reg
 			dlog.Error("DHCP server stopped", "err", err)
 		}
 	}()
+	if c.AntiSpoof {
+		if err := backfillBridgePorts(store, c.Bridge, log.With("component", "antispoof")); err != nil {
+			dlog.Warn("naming the bridge ports of leases from before anti-spoofing", "err", err)
+		}
+	}
 	go sweepLeases(ctx, store, min(30*time.Second, c.LeaseTime/4), m, dlog)
 	go remarkHeld(ctx, store, c.Bridge, gw, c.LeaseTime, dlog)
 	dlog.Info("DHCP server up", "bridge", c.Bridge, "server", gw, "range", c.DHCPRangeText)

@@ -109,6 +109,25 @@ func Status(name string) error {
 	return nil
 }
 
+// Ports returns the names of the links whose master is the bridge.
+func Ports(name string) (map[string]bool, error) {
+	br, err := netlinksafe.LinkByName(name)
+	if err != nil {
+		return nil, err
+	}
+	links, err := netlinksafe.LinkList()
+	if err != nil {
+		return nil, err
+	}
+	ports := map[string]bool{}
+	for _, l := range links {
+		if l.Attrs().MasterIndex == br.Attrs().Index {
+			ports[l.Attrs().Name] = true
+		}
+	}
+	return ports, nil
+}
+
 // Delete removes the bridge if it exists (vmlanectl teardown).
 func Delete(name string) error {
 	l, err := netlinksafe.LinkByName(name)
