@@ -180,7 +180,7 @@ func (s *Store) loadLocked() (*File, error) {
 	}
 	if f == nil {
 		if f, err = s.cache.decode(data); err != nil {
-			return nil, fmt.Errorf("%w: %s: %v (the store will not write over it; move it aside to start afresh)", ErrCorrupt, s.path, err)
+			return nil, fmt.Errorf("%w: %s: %v (the store will not write over it; rebuild it from the node with vmlanectl leases repair)", ErrCorrupt, s.path, err)
 		}
 	}
 	if f.Subnet != s.subnet {

@@ -747,7 +747,7 @@ func TestPluginDel(t *testing.T) {
 		// vmlaned rewrote the conflist for the node's new podCIDR; the
 		// pod's DEL comes with it, and the lease file still holds the
 		// old subnet's leases. Found by containerd: the pod stayed
-		// Terminating until the file was moved aside.
+		// Terminating until the lease file was changed by hand.
 		h := newHarness(t, nil)
 		a, b := att("a"), att("b")
 		h.mustAdd(a, nil)

@@ -10,6 +10,7 @@
 //	vmlanectl leases get    (--mac MAC | --ip IP) [--lease-file FILE] [-o table|json]
 //	vmlanectl leases wait   --mac MAC [--timeout DURATION] [--lease-file FILE] [-o table|json]
 //	vmlanectl leases export --cocoon PATH [--lease-file FILE]
+//	vmlanectl leases repair [--lease-file FILE] [--bridge NAME] [--cni-cache-dir DIR] [--subnet CIDR] [--dry-run] [--force]
 //
 // list prints every lease, sorted by IP. get prints the lease of a MAC or of
 // an IP: by MAC it finds only a live lease (not declined, not expired), the
@@ -17,7 +18,11 @@
 // blocks until the MAC has a bound lease and prints it, which is what a
 // script that has just started a VM wants; the lease file need not exist
 // yet. export writes the live leases as the JSON array of {mac, ip, expiry}
-// that cocoon-net's consumers read, replacing PATH atomically.
+// that cocoon-net's consumers read, replacing PATH atomically. repair
+// rebuilds a damaged lease file from the node (see repair.go): the CNI
+// result cache, the bridge's links, the anti-spoofing table and what still
+// parses of the file; it writes under the store's lock and keeps the
+// damaged file beside the new one.
 //
 // Flags may come before or after the command word
 // (vmlanectl leases -o json list and vmlanectl leases list -o json are the
@@ -28,7 +33,7 @@
 // not have prints as "-". With -o json, list prints the array of leases and
 // get and wait print one lease, in the lease file's own field names.
 //
-// vmlanectl reads without taking the store's lock: writers replace the file
+// vmlanectl reads (all but repair) without taking the store's lock: writers replace the file
 // by rename, so a read sees either the old file or the new one.
 //
 // # Exit status

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vmlane/vmlane/leases"
+	"github.com/vmlane/vmlane/plugin"
 )
 
 // leasesOpts holds the flags of every leases command. They share one flag
@@ -23,6 +24,9 @@ type leasesOpts struct {
 	ip      ipFlag
 	timeout time.Duration
 	cocoon  string
+	// repair's
+	bridge, cniCache, subnet string
+	dryRun, force            bool
 }
 
 // leasesFlags lists, for each leases command, the flags it takes.
@@ -31,6 +35,7 @@ var leasesFlags = map[string][]string{
 	"get":    {"lease-file", "o", "mac", "ip"},
 	"wait":   {"lease-file", "o", "mac", "timeout"},
 	"export": {"lease-file", "cocoon"},
+	"repair": {"lease-file", "bridge", "cni-cache-dir", "subnet", "dry-run", "force"},
 }
 
 // defaultWaitTimeout bounds wait unless --timeout says otherwise: long enough
@@ -50,6 +55,11 @@ func (c *cli) runLeases(args []string) int {
 	fset.Var(&o.ip, "ip", "")
 	fset.DurationVar(&o.timeout, "timeout", defaultWaitTimeout, "")
 	fset.StringVar(&o.cocoon, "cocoon", "", "")
+	fset.StringVar(&o.bridge, "bridge", plugin.DefaultBridge, "")
+	fset.StringVar(&o.cniCache, "cni-cache-dir", cniCacheDir, "")
+	fset.StringVar(&o.subnet, "subnet", "", "")
+	fset.BoolVar(&o.dryRun, "dry-run", false, "")
+	fset.BoolVar(&o.force, "force", false, "")
 
 	words, err := parseInterspersed(fset, args)
 	switch {
@@ -59,7 +69,7 @@ func (c *cli) runLeases(args []string) int {
 	case err != nil:
 		return c.fail("vmlanectl leases", &usageError{msg: err.Error()})
 	case len(words) == 0:
-		return c.fail("vmlanectl leases", usagef("missing command: list, get, wait or export"))
+		return c.fail("vmlanectl leases", usagef("missing command: list, get, wait, export or repair"))
 	case words[0] == "help":
 		fmt.Fprint(c.stderr, usage())
 		return exitOK
@@ -67,7 +77,7 @@ func (c *cli) runLeases(args []string) int {
 	verb := words[0]
 	allowed, ok := leasesFlags[verb]
 	if !ok {
-		return c.fail("vmlanectl leases", usagef("unknown command %q: the commands are: list, get, wait, export", verb))
+		return c.fail("vmlanectl leases", usagef("unknown command %q: the commands are: list, get, wait, export, repair", verb))
 	}
 	prefix := "vmlanectl leases " + verb
 	if len(words) > 1 {
@@ -95,6 +105,8 @@ func (c *cli) runLeases(args []string) int {
 		err = c.leasesWait(&o)
 	case "export":
 		err = c.leasesExport(&o)
+	case "repair":
+		err = c.leasesRepair(&o)
 	}
 	if err != nil {
 		return c.fail(prefix, err)

@@ -39,6 +39,7 @@ func usage() string {
   vmlanectl leases get    (--mac MAC | --ip IP) [--lease-file FILE] [-o table|json]
   vmlanectl leases wait   --mac MAC [--timeout DURATION] [--lease-file FILE] [-o table|json]
   vmlanectl leases export --cocoon PATH [--lease-file FILE]
+  vmlanectl leases repair [--lease-file FILE] [--bridge NAME] [--cni-cache-dir DIR] [--subnet CIDR] [--dry-run] [--force]
   vmlanectl teardown      [--route-protocol N] [--cni-conf-dir DIR] [--vm-cni-conf-dir DIR] [--bridge NAME] [--dry-run]
   vmlanectl help
 
@@ -49,6 +50,10 @@ Commands:
                  file need not exist yet)
   leases export  write the live leases to PATH as cocoon-net's JSON array of
                  {mac, ip, expiry}, atomically
+  leases repair  rebuild a damaged lease file from what is live on the node:
+                 the runtime's CNI result cache, the links on the bridge, the
+                 anti-spoofing table and what still parses of the file; the
+                 damaged file is kept beside it (FILE.damaged-TIME)
   teardown       remove what vmlane installed on this node: routes with its
                  protocol, its iptables chains, its conflists and the bridge;
                  nothing else (leases are kept)
@@ -63,6 +68,12 @@ Flags (before or after the command word):
   --timeout DURATION  how long wait waits, e.g. 30s or 5m (default 1m; 0 waits
                       forever)
   --cocoon PATH       the file export writes
+  --bridge NAME       repair: the node bridge (default vmlane0)
+  --cni-cache-dir DIR repair: libcni's cache folder (default /var/lib/cni)
+  --subnet CIDR       repair: the node's pod CIDR, when the cache does not
+                      say it
+  --dry-run           repair: print what would be written, write nothing
+  --force             repair: rewrite a file that reads fine
 
 Exit status: 0 on success; 1 when the lease file is missing or unreadable, no
 lease matches, or wait times out; 2 on a usage error.

@@ -1,0 +1,434 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/vmlane/vmlane/internal/antispoof"
+	"github.com/vmlane/vmlane/leases"
+	"github.com/vmlane/vmlane/plugin"
+)
+
+// `vmlanectl leases repair` rebuilds a damaged lease file from what is
+// live on the node, so that allocation never restarts while pods still
+// hold addresses (which moving the file aside would do):
+//
+//   - the CNI result cache of the runtime (libcni's, which containerd and
+//     CRI-O keep in /var/lib/cni/results): each vmlane attachment's
+//     container ID, interface, address, MAC, netns and pod;
+//   - the links on the bridge: an attachment is restored only while its
+//     host veth is there;
+//   - the anti-spoofing table: the MAC and address each checked port may
+//     use, which wins over the cache where they differ (it is what the
+//     kernel enforces);
+//   - what still parses of the damaged file: dynamic leases of VMs
+//     attached without CNI, and bindings, which the cache does not hold.
+//
+// The decision is planRepair, a pure function; repair_linux.go reads the
+// node.
+
+// cniCacheDir is libcni's default cache folder.
+const cniCacheDir = "/var/lib/cni"
+
+// cacheEntry is one vmlane attachment from the CNI result cache.
+type cacheEntry struct {
+	file        string // the cache file, for messages
+	key         leases.Key
+	netns       string
+	pod         leases.Pod
+	vm          bool
+	antiSpoof   bool
+	subnet      netip.Prefix
+	gateway     netip.Addr
+	leaseFile   string
+	ip          netip.Addr
+	mac         string
+	networkName string
+}
+
+// cachedInfo is libcni's cache file (containernetworking/cni libcni,
+// kind "cniCacheV1"), the fields vmlane reads.
+type cachedInfo struct {
+	Kind        string      `json:"kind"`
+	ContainerID string      `json:"containerId"`
+	Config      []byte      `json:"config"`
+	IfName      string      `json:"ifName"`
+	NetworkName string      `json:"networkName"`
+	NetNS       string      `json:"netns"`
+	CniArgs     [][2]string `json:"cniArgs"`
+	Result      struct {
+		Interfaces []struct {
+			Name    string `json:"name"`
+			Mac     string `json:"mac"`
+			Sandbox string `json:"sandbox"`
+		} `json:"interfaces"`
+		IPs []struct {
+			Address string `json:"address"`
+		} `json:"ips"`
+	} `json:"result"`
+}
+
+// readCNICache reads the vmlane attachments from the cache folder's
+// results. Files that are not vmlane's are skipped; vmlane's that do not
+// parse are returned as problems, never fatal.
+func readCNICache(dir string) (entries []cacheEntry, problems []string, err error) {
+	results := filepath.Join(dir, "results")
+	des, err := os.ReadDir(results)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the CNI result cache: %w", err)
+	}
+	for _, de := range des {
+		path := filepath.Join(results, de.Name())
+		data, err := os.ReadFile(path)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v", path, err))
+			continue
+		}
+		e, ok, err := parseCacheEntry(data)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v", path, err))
+		}
+		if ok {
+			e.file = path
+			entries = append(entries, e)
+		}
+	}
+	return entries, problems, nil
+}
+
+// parseCacheEntry decodes one cache file; ok is false for another
+// plugin's network.
+func parseCacheEntry(data []byte) (e cacheEntry, ok bool, err error) {
+	var ci cachedInfo
+	if err := json.Unmarshal(data, &ci); err != nil {
+		return e, false, nil // not a cache file vmlane can read; not vmlane's either
+	}
+	var conf struct {
+		Plugins []json.RawMessage `json:"plugins"`
+	}
+	if json.Unmarshal(ci.Config, &conf) != nil || len(conf.Plugins) == 0 {
+		// A single network config rather than a list.
+		conf.Plugins = []json.RawMessage{ci.Config}
+	}
+	var raw json.RawMessage
+	for _, r := range conf.Plugins {
+		var n plugin.NetConf
+		if json.Unmarshal(r, &n) == nil && n.Type == "vmlane" {
+			raw = r
+			break
+		}
+	}
+	if raw == nil {
+		return e, false, nil
+	}
+	c, err := plugin.ParseConfig(raw, func() int { return 1500 })
+	if err != nil {
+		return e, true, fmt.Errorf("the vmlane config in the cache: %v", err)
+	}
+	e = cacheEntry{
+		key:         leases.Key{ContainerID: ci.ContainerID, IfName: ci.IfName},
+		netns:       ci.NetNS,
+		vm:          c.VM,
+		antiSpoof:   c.Guard,
+		subnet:      c.SubnetPrefix,
+		gateway:     c.GatewayAddr,
+		leaseFile:   c.LeaseFile,
+		networkName: ci.NetworkName,
+	}
+	for _, kv := range ci.CniArgs {
+		switch kv[0] {
+		case "K8S_POD_NAMESPACE":
+			e.pod.Namespace = kv[1]
+		case "K8S_POD_NAME":
+			e.pod.Name = kv[1]
+		case "K8S_POD_UID":
+			e.pod.UID = kv[1]
+		}
+	}
+	if len(ci.Result.IPs) == 0 {
+		return e, true, errors.New("the cached result has no address")
+	}
+	p, err := netip.ParsePrefix(ci.Result.IPs[0].Address)
+	if err != nil {
+		return e, true, fmt.Errorf("the cached result's address %q: %v", ci.Result.IPs[0].Address, err)
+	}
+	e.ip = p.Addr()
+	// The lease's MAC: a VM's is its TAP's entry (the guest NIC's), a
+	// plain pod's its interface's.
+	want := ci.IfName
+	if c.VM {
+		want = c.TapName
+	}
+	for _, i := range ci.Result.Interfaces {
+		if i.Name == want && i.Sandbox != "" {
+			e.mac, err = leases.NormalizeMAC(i.Mac)
+			if err != nil {
+				return e, true, fmt.Errorf("the cached result's MAC %q: %v", i.Mac, err)
+			}
+		}
+	}
+	if e.mac == "" {
+		return e, true, fmt.Errorf("the cached result has no interface %s in the pod", want)
+	}
+	return e, true, nil
+}
+
+// nodeState is what repair reads from the kernel.
+type nodeState struct {
+	// ports are the links on the bridge.
+	ports map[string]bool
+	// guarded are the anti-spoofing table's entries, by port.
+	guarded map[string]antispoof.Port
+}
+
+// repairPlan is the rebuilt file and what repair says about it.
+type repairPlan struct {
+	leases []leases.Lease
+	// restored says where each lease came from, by IP.
+	restored map[netip.Addr]string
+	// notes are what repair did not restore, and disagreements.
+	notes []string
+}
+
+// planRepair decides the rebuilt file of leaseFile (subnet) from the
+// cache, the node and what was salvaged of the damaged file.
+func planRepair(leaseFile string, subnet netip.Prefix, cache []cacheEntry, node nodeState, salvaged []leases.Lease, now time.Time) repairPlan {
+	plan := repairPlan{restored: map[netip.Addr]string{}}
+	ips, macs := map[netip.Addr]bool{}, map[string]bool{}
+	add := func(l leases.Lease, from string) bool {
+		switch {
+		case !subnet.Contains(l.IP):
+			plan.notes = append(plan.notes, fmt.Sprintf("not restored: %s (%s): %s is outside subnet %s", describe(l), from, l.IP, subnet))
+		case ips[l.IP]:
+			plan.notes = append(plan.notes, fmt.Sprintf("not restored: %s (%s): %s is already restored for another", describe(l), from, l.IP))
+		case l.MAC != "" && macs[l.MAC]:
+			plan.notes = append(plan.notes, fmt.Sprintf("not restored: %s (%s): MAC %s is already restored for another", describe(l), from, l.MAC))
+		default:
+			ips[l.IP], macs[l.MAC] = true, true
+			plan.leases = append(plan.leases, l)
+			plan.restored[l.IP] = from
+			return true
+		}
+		return false
+	}
+	byKey := map[leases.Key]leases.Lease{}
+	for _, l := range salvaged {
+		if l.Source == leases.SourceCNI && l.ContainerID != "" {
+			byKey[l.Key()] = l
+		}
+	}
+	done := map[leases.Key]bool{}
+	slices.SortFunc(cache, func(a, b cacheEntry) int { return a.ip.Compare(b.ip) })
+	for _, e := range cache {
+		if e.leaseFile != leaseFile || e.subnet != subnet {
+			continue // another network's, or another subnet's (an old podCIDR)
+		}
+		port := plugin.HostVethName(e.key)
+		if !node.ports[port] {
+			plan.notes = append(plan.notes, fmt.Sprintf("not restored: attachment %s (%s): its host veth %s is not on the bridge (the pod is gone; the runtime's GC removes %s)", e.key, e.pod.Namespace+"/"+e.pod.Name, port, e.file))
+			continue
+		}
+		l := leases.Lease{
+			MAC: e.mac, IP: e.ip, State: leases.StateReserved, Source: leases.SourceCNI,
+			ContainerID: e.key.ContainerID, IfName: e.key.IfName, NetNS: e.netns, VM: e.vm,
+			Pod: e.pod, Hostname: e.pod.Name, Created: now,
+		}
+		if g, ok := node.guarded[port]; ok {
+			l.BridgePort = port
+			if g.IP != l.IP || g.MAC.String() != l.MAC {
+				plan.notes = append(plan.notes, fmt.Sprintf("attachment %s: the CNI cache says %s %s, anti-spoofing lets port %s use %s %s; restored the latter (what the kernel enforces)", e.key, l.MAC, l.IP, port, g.MAC, g.IP))
+				l.MAC, l.IP = g.MAC.String(), g.IP
+			}
+		} else if e.antiSpoof {
+			l.BridgePort = port // vmlaned puts the port back in the table
+		}
+		// The damaged file's binding of the same lease is kept.
+		if old, ok := byKey[e.key]; ok && old.IP == l.IP && old.MAC == l.MAC && old.State == leases.StateBound && !old.Expired(now) {
+			l.State, l.Expires, l.Hostname, l.Created = old.State, old.Expires, old.Hostname, old.Created
+		}
+		if add(l, "CNI cache, port "+port) {
+			done[e.key] = true
+		}
+	}
+	for _, l := range salvaged {
+		switch {
+		case !l.Known():
+			plan.notes = append(plan.notes, fmt.Sprintf("not restored: %s: state %q, source %q are a newer vmlane's", describe(l), l.State, l.Source))
+		case l.Source == leases.SourceCNI && done[l.Key()]:
+		case l.Source == leases.SourceCNI:
+			port := l.BridgePort
+			if port == "" {
+				port = plugin.HostVethName(l.Key())
+			}
+			if !node.ports[port] {
+				plan.notes = append(plan.notes, fmt.Sprintf("not restored: %s from the damaged file: its host veth %s is not on the bridge", describe(l), port))
+				continue
+			}
+			add(l, "damaged file, port "+port+" live")
+		case l.Expired(now):
+			plan.notes = append(plan.notes, fmt.Sprintf("not restored: %s from the damaged file: expired", describe(l)))
+		default:
+			add(l, "damaged file")
+		}
+	}
+	// A checked port whose address no restored lease holds: in use, but
+	// nothing says by which attachment.
+	for _, port := range sortedKeys(node.guarded) {
+		g := node.guarded[port]
+		if node.ports[port] && !ips[g.IP] {
+			plan.notes = append(plan.notes, fmt.Sprintf("WARNING: port %s uses %s %s, and neither the CNI cache nor the damaged file names its attachment: the address is NOT held; delete that pod, or allocation may give its address to another", port, g.MAC, g.IP))
+		}
+	}
+	slices.SortFunc(plan.leases, func(a, b leases.Lease) int { return a.IP.Compare(b.IP) })
+	return plan
+}
+
+func describe(l leases.Lease) string {
+	s := l.IP.String() + " " + l.MAC
+	if l.ContainerID != "" {
+		s += " attachment " + l.Key().String()
+	}
+	if l.Pod.Name != "" {
+		s += " pod " + l.Pod.Namespace + "/" + l.Pod.Name
+	}
+	return s
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// printPlan writes what repair restored and what it did not.
+func printPlan(w io.Writer, plan repairPlan) {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "IP\tMAC\tSTATE\tATTACHMENT\tPOD\tFROM")
+	for _, l := range plan.leases {
+		att := ""
+		if l.ContainerID != "" {
+			att = l.Key().String()
+		}
+		pod := ""
+		if l.Pod.Name != "" {
+			pod = l.Pod.Namespace + "/" + l.Pod.Name
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", l.IP, l.MAC, l.State, att, pod, plan.restored[l.IP])
+	}
+	tw.Flush()
+	for _, n := range plan.notes {
+		fmt.Fprintln(w, n)
+	}
+}
+
+// subnetOf picks the subnet and gateway of the rebuilt file: the flag,
+// else the vmlane networks of the cache that use this lease file (they
+// must agree), else the damaged file's header.
+func subnetOf(flagSubnet string, leaseFile string, cache []cacheEntry, header leases.File) (netip.Prefix, netip.Addr, error) {
+	if flagSubnet != "" {
+		p, err := netip.ParsePrefix(flagSubnet)
+		if err != nil || p != p.Masked() {
+			return netip.Prefix{}, netip.Addr{}, usagef("invalid value %q for flag --subnet: want the node's pod CIDR, e.g. 10.244.3.0/24", flagSubnet)
+		}
+		for _, e := range cache {
+			if e.leaseFile == leaseFile && e.subnet == p {
+				return p, e.gateway, nil
+			}
+		}
+		return p, p.Addr().Next(), nil
+	}
+	var seen []string
+	var p netip.Prefix
+	var gw netip.Addr
+	for _, e := range cache {
+		if e.leaseFile != leaseFile {
+			continue
+		}
+		if !slices.Contains(seen, e.subnet.String()) {
+			seen = append(seen, e.subnet.String())
+		}
+		p, gw = e.subnet, e.gateway
+	}
+	switch {
+	case len(seen) == 1:
+		return p, gw, nil
+	case len(seen) > 1:
+		return netip.Prefix{}, netip.Addr{}, fmt.Errorf("the CNI cache holds attachments of several subnets (%s): say which is the node's with --subnet", strings.Join(seen, ", "))
+	case header.Subnet.IsValid():
+		gw := header.Gateway
+		if !gw.IsValid() {
+			gw = header.Subnet.Addr().Next()
+		}
+		return header.Subnet, gw, nil
+	}
+	return netip.Prefix{}, netip.Addr{}, errors.New("no subnet: neither the CNI cache nor the damaged file names one; give the node's pod CIDR with --subnet")
+}
+
+// leasesRepair is `vmlanectl leases repair`.
+func (c *cli) leasesRepair(o *leasesOpts) error {
+	data, err := os.ReadFile(o.file)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("reading %s: %w", o.file, err)
+	}
+	if err == nil && !o.force {
+		if _, rerr := leases.Read(o.file); rerr == nil {
+			return fmt.Errorf("lease file %s reads fine: repair rewrites it only with --force", o.file)
+		}
+	}
+	salvaged, header := leases.Salvage(data)
+	cache, problems, err := readCNICache(o.cniCache)
+	if err != nil {
+		return err
+	}
+	for _, p := range problems {
+		fmt.Fprintln(c.stderr, "CNI cache:", p)
+	}
+	subnet, gw, err := subnetOf(o.subnet, o.file, cache, header)
+	if err != nil {
+		return err
+	}
+	node, err := readNode(o.bridge)
+	if err != nil {
+		return err
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	plan := planRepair(o.file, subnet, cache, node, salvaged, now)
+	printPlan(c.stdout, plan)
+	if o.dryRun {
+		fmt.Fprintf(c.stdout, "dry run: %s not written (%d leases in subnet %s)\n", o.file, len(plan.leases), subnet)
+		return nil
+	}
+	store, err := leases.Open(o.file, subnet, gw, leases.WithNode(header.Node))
+	if err != nil {
+		return fmt.Errorf("lease file %s, subnet %s, gateway %s: %w", o.file, subnet, gw, err)
+	}
+	keep := ""
+	if data != nil {
+		keep = o.file + ".damaged-" + now.Format("20060102T150405Z")
+	}
+	if err := store.Replace(&leases.File{Leases: plan.leases}, keep); err != nil {
+		return err
+	}
+	if keep != "" {
+		fmt.Fprintf(c.stdout, "wrote %s (%d leases in subnet %s); the damaged file is %s\n", o.file, len(plan.leases), subnet, keep)
+	} else {
+		fmt.Fprintf(c.stdout, "wrote %s (%d leases in subnet %s)\n", o.file, len(plan.leases), subnet)
+	}
+	return nil
+}
