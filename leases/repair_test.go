@@ -76,3 +76,24 @@ func TestSalvageAndReplace(t *testing.T) {
 		t.Errorf("Reserve after Replace: %v", err)
 	}
 }
+
+// FuzzSalvage: whatever a damaged file holds, Salvage does not panic, and
+// every lease it returns has a valid address, a canonical MAC, a state and
+// a source, so Replace can take it.
+func FuzzSalvage(f *testing.F) {
+	f.Add([]byte(`{"version":1,"subnet":"10.244.3.0/24","gateway":"10.244.3.1","leases":[` + "\n" +
+		`{"mac":"02:00:00:00:00:02","ip":"10.244.3.2","state":"reserved","source":"cni","containerID":"a","ifname":"eth0"},` + "\n" +
+		`{"mac":"02:00:00:00:00:03","ip":"10.244.3.3","sta` + "\n]}\n"))
+	f.Add([]byte("\x00garbage\n{\n},\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ls, _ := leases.Salvage(data)
+		for _, l := range ls {
+			if !l.IP.IsValid() || l.State == "" || l.Source == "" {
+				t.Fatalf("salvaged an incomplete lease %+v", l)
+			}
+			if m, err := leases.NormalizeMAC(l.MAC); err != nil || m != l.MAC {
+				t.Fatalf("salvaged MAC %q is not canonical", l.MAC)
+			}
+		}
+	})
+}
