@@ -17,8 +17,8 @@ import (
 // TestAntiSpoofFollowsLeases: vmlaned keeps the anti-spoofing table in
 // step with the lease file. The plugin's ADD puts a VM's port in; when
 // the table is removed or a rule of it deleted by hand, vmlaned writes it
-// again with the port; when the lease goes (a DEL whose Unguard was lost),
-// vmlaned takes the port out.
+// again with the port; when the lease goes (DEL leaves the entry to
+// vmlaned), vmlaned takes the port out.
 func TestAntiSpoofFollowsLeases(t *testing.T) {
 	privtest.Require(t, "ip", "iptables")
 	bin := buildBinaries(t)
@@ -28,22 +28,7 @@ func TestAntiSpoofFollowsLeases(t *testing.T) {
 	tap, ip := d.cniAdd(t, netnstest.New(t, "pod"), "vm1", "vm-one")
 	port := plugin.HostVethName(leases.Key{ContainerID: "vm1", IfName: "eth0"})
 	want := fmt.Sprintf("%s %s %s", port, tap.Mac, ip)
-	holds := func(want string) func() (bool, string) {
-		return func() (bool, string) {
-			ps, err := tb.Ports()
-			if err != nil {
-				return false, err.Error()
-			}
-			var got []string
-			for _, p := range ps {
-				got = append(got, p.String())
-			}
-			if verr := tb.Verify(); verr != nil {
-				return false, "table damaged: " + verr.Error()
-			}
-			return strings.Join(got, ",") == want, fmt.Sprintf("ports %q, want %q", got, want)
-		}
-	}
+	holds := func(want string) func() (bool, string) { return tableHolds(tb, want) }
 	eventually(t, "the VM's port checked after ADD", holds(want))
 
 	if err := tb.Delete(); err != nil {
@@ -95,18 +80,31 @@ func TestAntiSpoofBackfillsLeasesFromBefore(t *testing.T) {
 
 	d.start(t)
 	want := fmt.Sprintf("%s %s %s", port, tap.Mac, ip)
-	eventually(t, "the old pod's port checked after the restart", func() (bool, string) {
-		ps, err := tb.Ports()
-		if err != nil || len(ps) != 1 {
-			return false, fmt.Sprintf("ports %v, %v", ps, err)
-		}
-		return ps[0].String() == want, fmt.Sprintf("port %s, want %s", ps[0], want)
-	})
+	eventually(t, "the old pod's port checked after the restart", tableHolds(tb, want))
 	snap, err := leases.Read(d.leaseFile)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if l, ok := snap.ByMAC(tap.Mac); !ok || l.BridgePort != port {
 		t.Errorf("lease after the restart: %+v, want bridgePort %s", l, port)
+	}
+}
+
+// tableHolds is a condition for eventually: the table is whole and holds
+// exactly the ports want lists ("NAME MAC IP", comma-separated).
+func tableHolds(tb antispoof.Table, want string) func() (bool, string) {
+	return func() (bool, string) {
+		ps, err := tb.Ports()
+		if err != nil {
+			return false, err.Error()
+		}
+		var got []string
+		for _, p := range ps {
+			got = append(got, p.String())
+		}
+		if verr := tb.Verify(); verr != nil {
+			return false, "table damaged: " + verr.Error()
+		}
+		return strings.Join(got, ",") == want, fmt.Sprintf("ports %q, want %q", got, want)
 	}
 }
