@@ -31,9 +31,9 @@
 # stdout gets the key ("kubernetes=... etcd=...") or, with --print-dir, the
 # absolute output directory, for VMLANE_CONTROLPLANE_DIR=$(... --print-dir
 # DIR). Progress goes to stderr. A second run with the binaries present
-# returns at once without running go. Expect about 5 minutes cold on two
-# cores, mostly compiling kube-apiserver; kubectl then reuses most of its
-# packages from the build cache.
+# returns at once without running go. Expect about 10 minutes cold on two
+# cores, mostly compiling kube-apiserver and the kubelet; the other
+# binaries then reuse most of their packages from the build cache.
 #
 # Environment:
 #   VMLANE_KUBERNETES_VERSION  k8s.io/kubernetes version (default below)
