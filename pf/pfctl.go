@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/vmlane/vmlane/internal/command"
 )
 
 // DefaultStatePath is where vmlaned keeps its pf state: the anchor it
@@ -16,14 +18,8 @@ import (
 // teardown` needs to give the reference back.
 const DefaultStatePath = "/var/db/vmlane/pf.json"
 
-// commandRunner runs a system tool, shaped like tailscale's
-// wgengine/router commandRunner: argv[0] is the tool's name, stdin its
-// input. It returns what the tool printed on stdout and stderr together
-// (pfctl prints its enable token on stderr) and an error when the tool
-// could not run or exited non-zero.
-type commandRunner interface {
-	Run(stdin string, argv ...string) (string, error)
-}
+// commandRunner runs pfctl (command.Exec; a recording fake in the tests).
+type commandRunner = command.Runner
 
 // pfState is the pf state file.
 type pfState struct {

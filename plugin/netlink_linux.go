@@ -1,24 +1,23 @@
 package plugin
 
 import (
-	"github.com/vmlane/vmlane/internal/kernel"
-
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"net"
 	"net/netip"
-	"os"
-	"strings"
 	"syscall"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
+
 	"github.com/vmlane/vmlane/internal/antispoof"
 	"github.com/vmlane/vmlane/internal/bridge"
-	"golang.org/x/sys/unix"
+	"github.com/vmlane/vmlane/internal/kernel"
+	"github.com/vmlane/vmlane/internal/sysctl"
 )
 
 // netlinkDataplane is the Linux dataplane: netlink for links, addresses,
@@ -63,11 +62,8 @@ func (netlinkDataplane) EnsureBridge(name string, gw netip.Prefix, mtu int, mac 
 // EnableForwarding sets net.ipv4.ip_forward in the netns the plugin runs
 // in (the host's), writing only when it is off.
 func (netlinkDataplane) EnableForwarding() error {
-	const path = "/proc/sys/net/ipv4/ip_forward"
-	if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) == "1" {
-		return nil
-	}
-	return os.WriteFile(path, []byte("1"), 0o644)
+	_, err := sysctl.EnsureForwarding(sysctl.Proc{}, sysctl.LinuxIPv4Forwarding)
+	return err
 }
 
 func (netlinkDataplane) SetupVeth(netnsPath, podIf, hostIf, bridge string, mtu int, podMAC string, quiet bool) (Link, Link, error) {

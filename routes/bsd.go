@@ -11,19 +11,17 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/vmlane/vmlane/internal/command"
 )
 
 // DefaultBSDStatePath is where vmlaned keeps, on macOS, the set of routes
 // it installed.
 const DefaultBSDStatePath = "/var/db/vmlane/routes.json"
 
-// commandRunner runs a system tool, shaped like tailscale's
-// wgengine/router commandRunner: argv[0] is the tool's name, stdin its
-// input. It returns stdout and stderr together, and an error when the tool
-// could not run or exited non-zero.
-type commandRunner interface {
-	Run(stdin string, argv ...string) (string, error)
-}
+// commandRunner runs route(8) (command.Exec; a recording fake in the
+// tests).
+type commandRunner = command.Runner
 
 // bsdKernel is the BSD (macOS) routing table as vmlane reaches it: a dump
 // of the table (the PF_ROUTE sysctl NET_RT_DUMP, read with
@@ -358,33 +356,4 @@ func parseRouteGet(out string) (netip.Addr, error) {
 		return netip.Addr{}, fmt.Errorf("gateway %q is not an address", fields["gateway"])
 	}
 	return gw.Unmap(), nil
-}
-
-// ensureForwarding turns on IP forwarding (net.inet.ip.forwarding, and
-// net.inet6.ip6.forwarding for IPv6 pod subnets): without it the Mac drops
-// what other nodes route to its VMs. vmnet's shared mode usually has it on
-// already; the read first keeps a resync from writing a sysctl every 30 s.
-// It reports whether it changed anything.
-func ensureForwarding(r commandRunner, v4, v6 bool) (bool, error) {
-	var keys []string
-	if v4 {
-		keys = append(keys, "net.inet.ip.forwarding")
-	}
-	if v6 {
-		keys = append(keys, "net.inet6.ip6.forwarding")
-	}
-	changed := false
-	var errs []error
-	for _, k := range keys {
-		out, err := r.Run("", "sysctl", "-n", k)
-		if err == nil && strings.TrimSpace(out) == "1" {
-			continue
-		}
-		if _, err := r.Run("", "sysctl", "-w", k+"=1"); err != nil {
-			errs = append(errs, fmt.Errorf("sysctl -w %s=1: %w", k, err))
-			continue
-		}
-		changed = true
-	}
-	return changed, errors.Join(errs...)
 }

@@ -10,12 +10,12 @@ import (
 	"golang.org/x/net/route"
 	"golang.org/x/sys/unix"
 
-	"github.com/vmlane/vmlane/pf"
+	"github.com/vmlane/vmlane/internal/command"
 )
 
 // darwinKernel is macOS's routing table: dumps through the PF_ROUTE
 // sysctl, changes through route(8).
-type darwinKernel struct{ pf.ExecRunner }
+type darwinKernel struct{ command.Exec }
 
 // NewBSDTable returns macOS's main routing table as vmlane's route table,
 // with the set of routes vmlane owns kept in the state file at statePath
@@ -151,33 +151,4 @@ func WatchDeletes(_ int, done <-chan struct{}, fn func()) error {
 		}
 	}()
 	return nil
-}
-
-// pfBackend is the natBackend of a macOS node: vmlane's pf anchor and the
-// forwarding sysctls.
-type pfBackend struct {
-	pf  *pf.PF
-	run commandRunner
-}
-
-// NewPFBackend returns the NAT exemption of a macOS node: the no-nat
-// rules in p's anchor, and IP forwarding on.
-func NewPFBackend(p *pf.PF) natBackend { return pfBackend{pf: p, run: pf.ExecRunner{}} }
-
-// Ensure loads the anchor's rules (pf.Ensure) and, on full passes, turns
-// forwarding on for the families that have a pod subnet.
-func (b pfBackend) Ensure(nat []NATOptions, full bool) error {
-	var rules []string
-	v4, v6 := false, false
-	for _, o := range nat {
-		rules = append(rules, pf.NoNATRules(o.PodCIDR, o.Cluster)...)
-		v4 = v4 || o.PodCIDR.Addr().Is4()
-		v6 = v6 || o.PodCIDR.Addr().Is6()
-	}
-	_, err := b.pf.Ensure(rules, full)
-	if full {
-		_, ferr := ensureForwarding(b.run, v4, v6)
-		err = errors.Join(err, ferr)
-	}
-	return err
 }

@@ -175,7 +175,7 @@ func (f *fakeBSD) String() string {
 	return b.String()
 }
 
-// fakeNAT is a recording natBackend that prints the exemption it holds as
+// fakeNAT is a recording NATBackend that prints the exemption it holds as
 // the pf rules macOS's backend would load (pf.NoNATRules' syntax; the pf
 // package's own golden tests pin that text).
 type fakeNAT struct{ rules []string }

@@ -194,24 +194,6 @@ func FuzzParseRouteGet(f *testing.F) {
 	f.Fuzz(func(t *testing.T, out string) { parseRouteGet(out) })
 }
 
-func TestDarwinForwarding(t *testing.T) {
-	k := newFakeBSD()
-	changed, err := ensureForwarding(k, true, false)
-	if err != nil || !changed || k.sysctls["net.inet.ip.forwarding"] != "1" || k.sysctls["net.inet6.ip6.forwarding"] != "0" {
-		t.Fatalf("first = %v, %v, %v", changed, err, k.sysctls)
-	}
-	k.calls = nil
-	if changed, err := ensureForwarding(k, true, false); changed || err != nil || len(k.calls) != 1 {
-		t.Errorf("second = %v, %v, calls %v; want one read and no write", changed, err, k.calls)
-	}
-	want := []string{"sysctl -n net.inet.ip.forwarding", "sysctl -n net.inet6.ip6.forwarding", "sysctl -w net.inet6.ip6.forwarding=1"}
-	k.calls = nil
-	ensureForwarding(k, true, true)
-	if diff := cmp.Diff(want, k.calls); diff != "" {
-		t.Errorf("calls (-want +got):\n%s", diff)
-	}
-}
-
 // A next hop with no route at all (a Mac without a default route) is
 // unreachable, not a failed reconcile, and costs one route(8) call.
 func TestDarwinNoRouteToNextHop(t *testing.T) {

@@ -51,10 +51,6 @@ type Controller struct {
 	mu       sync.Mutex
 	reported map[string]bool // node/reason pairs already logged and evented
 
-	// nat is the NAT exemption per family that the last desired() rendered
-	// chains from; written and read on the loop's goroutine only.
-	nat []NATOptions
-
 	lastOK atomic.Int64 // unix nanos of the last successful reconcile
 }
 
@@ -87,7 +83,7 @@ func NewController(client kubernetes.Interface, table routeTable, ipt4, ipt6 ipt
 		metrics:  m,
 		reported: map[string]bool{},
 	}
-	c.loop = &Loop{Table: table, IPT: []iptablesInterface{ipt4, ipt6}, Proto: o.Protocol, Resync: o.Resync, Desired: c.desired, Observe: c.observe, Log: log}
+	c.loop = &Loop{Table: table, IPT4: ipt4, IPT6: ipt6, Proto: o.Protocol, Resync: o.Resync, Desired: c.desired, Observe: c.observe, Log: log}
 	c.loop.Init()
 	enqueue := func(kind string) func(any) {
 		return func(any) {
@@ -147,7 +143,6 @@ func (c *Controller) processNext() bool {
 	}
 	defer c.queue.Done(key)
 	c.loop.Trigger()
-	c.queue.Forget(key)
 	return true
 }
 
@@ -182,50 +177,30 @@ func (c *Controller) nodes() []Node {
 	return out
 }
 
-func (c *Controller) desired() ([]Route, [][]Chain) {
+func (c *Controller) desired() Desired {
 	start := time.Now()
-	nodes := c.nodes()
-	d := Compute(nodes, c.opts.NodeName)
+	d := Compute(c.nodes(), c.opts.NodeName)
 	for _, s := range d.Skips {
 		if s.Reason == "no podCIDRs yet" {
 			continue
 		}
 		c.reportOnceByName(s.Node, "VmlaneRouteSkipped", s.Reason)
 	}
-	var chains [][]Chain
-	c.nat = c.nat[:0]
-	for _, v4 := range []bool{true, false} {
-		var pod netip.Prefix
-		for _, p := range d.Self {
-			if p.Addr().Is4() == v4 {
-				pod = p
-				break
-			}
-		}
-		if !pod.IsValid() {
-			chains = append(chains, nil)
-			continue
-		}
-		cluster := c.opts.ClusterCIDRs
-		if len(cluster) == 0 {
-			cluster = Aggregate(d.PodCIDRs)
-		}
-		var fam []netip.Prefix
-		for _, p := range cluster {
-			if p.Addr().Is4() == v4 {
-				fam = append(fam, p)
-			}
-		}
-		o := NATOptions{PodCIDR: pod, Cluster: fam, Masquerade: c.opts.Masquerade}
-		c.nat = append(c.nat, o)
-		chains = append(chains, Chains(o))
-	}
+	d = d.WithNAT(c.opts.ClusterCIDRs, c.opts.Masquerade)
 	c.metrics.observeCompute(time.Since(start))
-	return d.Routes, chains
+	return d
 }
 
 func (c *Controller) observe(out Outcome, err error) {
 	c.metrics.observe(out, err)
+	// A failed reconcile is retried with the queue's backoff (5 ms,
+	// doubling, per failure in a row), not left to the resync tick; a
+	// success resets the backoff.
+	if err != nil {
+		c.queue.AddRateLimited(syncKey)
+	} else {
+		c.queue.Forget(syncKey)
+	}
 	for _, r := range out.Unreachable {
 		c.reportOnceByName(r.Node, "VmlaneNextHopUnreachable",
 			fmt.Sprintf("route %s not installed: next hop %s is not directly reachable from node %s", r.Dst, r.Via, c.opts.NodeName))

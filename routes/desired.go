@@ -49,6 +49,35 @@ type Desired struct {
 	// PodCIDRs is every node's pod subnets, this node's included: the
 	// cluster's pod network when --cluster-cidr is not given.
 	PodCIDRs []netip.Prefix
+	// NAT is the NAT exemption of each family this node has a pod subnet
+	// of, IPv4 first; WithNAT fills it. Each names its family by its
+	// PodCIDR, so a consumer never matches them to families by position.
+	NAT []NATOptions
+}
+
+// WithNAT returns d with its NAT exemptions: for each family of this
+// node's pod subnets, the first such subnet, the pod network of that
+// family (cluster, or every node's podCIDRs when cluster is empty) and
+// masquerade.
+func (d Desired) WithNAT(cluster []netip.Prefix, masquerade bool) Desired {
+	if len(cluster) == 0 {
+		cluster = Aggregate(d.PodCIDRs)
+	}
+	d.NAT = nil
+	for _, v4 := range []bool{true, false} {
+		i := slices.IndexFunc(d.Self, func(p netip.Prefix) bool { return p.Addr().Is4() == v4 })
+		if i < 0 {
+			continue
+		}
+		var fam []netip.Prefix
+		for _, p := range cluster {
+			if p.Addr().Is4() == v4 {
+				fam = append(fam, p)
+			}
+		}
+		d.NAT = append(d.NAT, NATOptions{PodCIDR: d.Self[i], Cluster: fam, Masquerade: masquerade})
+	}
+	return d
 }
 
 // Compute is the pure function from the Node list to the desired routes:

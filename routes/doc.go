@@ -17,7 +17,8 @@
 // On macOS the same Controller, Loop and Reconcile run over other kernel
 // effects (NewAnchorController): the BSD routing table (NewBSDTable: a
 // PF_ROUTE dump, route(8) for changes) and, instead of iptables, package
-// pf's anchor and the forwarding sysctl (NewPFBackend). BSD routes carry no
+// a NATBackend (vmlaned's: package pf's anchor and the forwarding
+// sysctl, wired in by cmd/vmlaned, so routes does not import pf). BSD routes carry no
 // protocol number, so ownership there is a state file listing the routes
 // vmlane installed (DefaultBSDStatePath); List marks exactly those with
 // the configured protocol, and the rest of the package works unchanged.

@@ -78,7 +78,7 @@ func TestKernelRouteDeletedByHandComesBack(t *testing.T) {
 		// the netns it is made in.
 		Proto:   DefaultProtocol,
 		Resync:  time.Hour, // only the delete event can bring it back in time
-		Desired: func() ([]Route, [][]Chain) { return want, nil },
+		Desired: func() Desired { return Desired{Routes: want} },
 	}
 	loop.Init()
 	ctx, cancel := context.WithCancel(context.Background())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/netip"
 	"reflect"
 	"time"
 )
@@ -14,24 +15,36 @@ import (
 // behind vmlane's back. Only one reconcile runs at a time; triggers that
 // arrive during one collapse into one more.
 type Loop struct {
-	Table  routeTable
-	IPT    []iptablesInterface // one per family in use; may be empty
-	Proto  int
-	Resync time.Duration
-	// Desired returns the current desired routes and iptables chains per
-	// IPT entry. It is called for every reconcile.
-	Desired func() ([]Route, [][]Chain)
+	Table routeTable
+	// IPT4 and IPT6 keep the chains of each family's NATOptions; either
+	// may be nil (no iptables for that family).
+	IPT4, IPT6 iptablesInterface
+	Proto      int
+	Resync     time.Duration
+	// Desired returns the current desired state: its Routes, and the NAT
+	// exemption of each family (Desired.NAT), which the chains are
+	// rendered from. It is called for every reconcile.
+	Desired func() Desired
 	// Observe, if set, receives every outcome and error.
 	Observe func(Outcome, error)
-	// After, if set, runs at the end of every reconcile with full as for
-	// the chains, and its error joins the reconcile's: state a backend
-	// keeps besides routes and iptables (macOS's pf anchor and forwarding
-	// sysctls, see NewAnchorController).
-	After func(full bool) error
+	// After, if set, runs at the end of every reconcile with the desired
+	// NAT exemptions and full as for the chains, and its error joins the
+	// reconcile's: state a backend keeps besides routes and iptables
+	// (macOS's pf anchor and forwarding sysctls, see NewAnchorController).
+	After func(nat []NATOptions, full bool) error
 	Log   *slog.Logger
 
 	trigger chan struct{}
-	applied [][]Chain // per IPT entry, the chains last applied without error
+	applied [2][]Chain // per family (familyIndex), the chains last applied without error
+}
+
+// familyIndex is an address family's index into per-family state: 0 for
+// IPv4, 1 for IPv6.
+func familyIndex(p netip.Prefix) int {
+	if p.Addr().Is4() {
+		return 0
+	}
+	return 1
 }
 
 // Trigger asks for a reconcile soon. It never blocks.
@@ -84,31 +97,31 @@ func (l *Loop) Once() (Outcome, error) { return l.reconcile(true) }
 // behind it would wait for.
 func (l *Loop) reconcile(full bool) (Outcome, error) {
 	start := time.Now()
-	want, chains := l.Desired()
-	out, err := Reconcile(l.Table, want, l.Proto)
-	if l.applied == nil {
-		l.applied = make([][]Chain, len(l.IPT))
-	}
-	for i, ipt := range l.IPT {
-		if ipt == nil || i >= len(chains) || chains[i] == nil {
+	d := l.Desired()
+	out, err := Reconcile(l.Table, d.Routes, l.Proto)
+	for _, o := range d.NAT {
+		i := familyIndex(o.PodCIDR)
+		ipt := [2]iptablesInterface{l.IPT4, l.IPT6}[i]
+		if ipt == nil {
 			continue
 		}
-		if !full && reflect.DeepEqual(l.applied[i], chains[i]) {
+		chains := Chains(o)
+		if !full && reflect.DeepEqual(l.applied[i], chains) {
 			continue
 		}
-		changed, cerr := EnsureChains(ipt, chains[i])
+		changed, cerr := EnsureChains(ipt, chains)
 		if changed {
-			l.Log.Info("rebuilt iptables chains")
+			l.Log.Info("rebuilt iptables chains", "podCIDR", o.PodCIDR)
 		}
 		if cerr == nil {
-			l.applied[i] = chains[i]
+			l.applied[i] = chains
 		} else {
 			l.applied[i] = nil
 		}
 		err = errors.Join(err, cerr)
 	}
 	if l.After != nil {
-		err = errors.Join(err, l.After(full))
+		err = errors.Join(err, l.After(d.NAT, full))
 	}
 	out.Duration = time.Since(start)
 	for _, r := range out.Installed {

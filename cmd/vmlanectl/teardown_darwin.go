@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/vmlane/vmlane/internal/command"
 	"github.com/vmlane/vmlane/pf"
 	"github.com/vmlane/vmlane/routes"
 )
@@ -42,7 +43,7 @@ func teardown(w io.Writer, o teardownOpts) error {
 			fmt.Fprintf(w, "removed route %s via %s\n", r.Dst, r.Via)
 		}
 	}
-	done, err := pf.Teardown(pf.ExecRunner{}, pf.DefaultStatePath)
+	done, err := pf.Teardown(command.Exec{}, pf.DefaultStatePath)
 	errs = append(errs, err)
 	for _, d := range done {
 		fmt.Fprintln(w, d)

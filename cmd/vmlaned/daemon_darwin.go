@@ -25,6 +25,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/vmlane/vmlane/internal/command"
+	"github.com/vmlane/vmlane/internal/sysctl"
 	"github.com/vmlane/vmlane/leases"
 	"github.com/vmlane/vmlane/pf"
 	"github.com/vmlane/vmlane/routes"
@@ -80,7 +82,7 @@ func run(ctx context.Context, c *config, log *slog.Logger) error {
 		// it leaves them all, and owns only what it adds from now on.
 		log.Warn("route state unreadable; routes vmlaned added before are left in place", "err", err)
 	}
-	p, err := pf.New(c.PFAnchor, pf.ExecRunner{}, pf.DefaultStatePath)
+	p, err := pf.New(c.PFAnchor, command.Exec{}, pf.DefaultStatePath)
 	if err != nil {
 		return err
 	}
@@ -89,7 +91,7 @@ func run(ctx context.Context, c *config, log *slog.Logger) error {
 	} else if fresh {
 		log.Info("pf enabled with a reference of vmlane's", "token", p.Token())
 	}
-	ctrl := routes.NewAnchorController(client, table, routes.NewPFBackend(p), recorder, routes.NewMetrics(reg), log.With("component", "routes"), routeOptions(c))
+	ctrl := routes.NewAnchorController(client, table, pfBackend{pf: p, sysctl: sysctl.Command{Run: command.Exec{}}}, recorder, routes.NewMetrics(reg), log.With("component", "routes"), routeOptions(c))
 	h.lastOK = ctrl.LastSuccess
 	if err := routes.WatchDeletes(c.RouteProtocol, ctx.Done(), ctrl.Trigger); err != nil {
 		log.Warn("no route-delete events; lost routes come back at the next resync", "err", err)

@@ -5,15 +5,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/vmlane/vmlane/internal/bridge"
+	"github.com/vmlane/vmlane/internal/sysctl"
 	"github.com/vmlane/vmlane/leases"
 	"github.com/vmlane/vmlane/plugin"
 	"github.com/vmlane/vmlane/routes"
@@ -180,27 +179,17 @@ func setupNode(c *config, subnet netip.Prefix, log *slog.Logger) (int, error) {
 // to make, and vmlaned says so loudly and carries on, since pods on this
 // node still reach each other and the node without it.
 func ensureForwarding(subnet netip.Prefix, log *slog.Logger) {
-	path := "/proc/sys/net/ipv4/ip_forward"
+	name := sysctl.LinuxIPv4Forwarding
 	if subnet.Addr().Is6() {
-		path = "/proc/sys/net/ipv6/conf/all/forwarding"
+		name = sysctl.LinuxIPv6Forwarding
 	}
-	cur, err := os.ReadFile(path)
+	changed, err := sysctl.EnsureForwarding(sysctl.Proc{}, name)
 	if err != nil {
-		log.Error("cannot read the IP forwarding setting; pods may not reach other nodes", "sysctl", path, "err", err)
+		log.Error("IP forwarding is off and vmlaned cannot turn it on: pods cannot reach other nodes or the outside; set it on the node",
+			"sysctl", name, "err", err)
 		return
 	}
-	if strings.TrimSpace(string(cur)) == "1" {
-		return
+	if len(changed) > 0 {
+		log.Info("enabled IP forwarding", "sysctl", name)
 	}
-	if err := os.WriteFile(path, []byte("1\n"), 0o644); err != nil {
-		log.Error("IP forwarding is off and vmlaned cannot turn it on: pods cannot reach other nodes or the outside; set it on the node (sysctl -w "+sysctlName(path)+"=1)",
-			"sysctl", path, "err", err)
-		return
-	}
-	log.Info("enabled IP forwarding", "sysctl", path)
-}
-
-// sysctlName turns /proc/sys/net/ipv4/ip_forward into net.ipv4.ip_forward.
-func sysctlName(path string) string {
-	return strings.ReplaceAll(strings.TrimPrefix(path, "/proc/sys/"), "/", ".")
 }
