@@ -9,6 +9,7 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/rfc1035label"
+	"github.com/vmlane/vmlane/internal/netaddr"
 	"github.com/vmlane/vmlane/leases"
 )
 
@@ -42,7 +43,7 @@ func (h *Handler) options(l leases.Lease, withLease bool) []dhcpv4.Option {
 	opts := []dhcpv4.Option{
 		dhcpv4.OptServerIdentifier(ip4(c.ServerIP)),
 		dhcpv4.OptSubnetMask(net.CIDRMask(c.Subnet.Bits(), 32)),
-		dhcpv4.OptBroadcastAddress(ip4(broadcastOf(c.Subnet))),
+		dhcpv4.OptBroadcastAddress(ip4(netaddr.LastAddr(c.Subnet))),
 	}
 	if c.Router.IsValid() {
 		opts = append(opts, dhcpv4.OptRouter(ip4(c.Router)))
@@ -107,12 +108,6 @@ func (h *Handler) routes() []byte {
 		add(netip.PrefixFrom(netip.IPv4Unspecified(), 0), h.cfg.Router)
 	}
 	return b
-}
-
-func broadcastOf(p netip.Prefix) netip.Addr {
-	a := p.Masked().Addr().As4()
-	v := binary.BigEndian.Uint32(a[:]) | (1<<(32-p.Bits()) - 1)
-	return netip.AddrFrom4([4]byte(binary.BigEndian.AppendUint32(nil, v)))
 }
 
 // hostnameLabel makes s a valid DNS label (RFC 1123 §2.1, as Kubernetes

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"github.com/vmlane/vmlane/internal/netaddr"
 )
 
 // Pool is an inclusive range of addresses to allocate from.
@@ -22,7 +24,7 @@ func (p Pool) String() string { return p.First.String() + "-" + p.Last.String() 
 // subnet-router anycast address, so it is skipped for IPv6 too.)
 func poolOf(subnet netip.Prefix) Pool {
 	first := subnet.Addr().Next()
-	last := lastAddr(subnet)
+	last := netaddr.LastAddr(subnet)
 	if subnet.Addr().Is4() {
 		last = last.Prev()
 	}
@@ -32,22 +34,6 @@ func poolOf(subnet netip.Prefix) Pool {
 		return Pool{First: subnet.Addr(), Last: subnet.Addr()}
 	}
 	return Pool{First: first, Last: last}
-}
-
-func lastAddr(p netip.Prefix) netip.Addr {
-	b := p.Addr().AsSlice()
-	for i := range b {
-		bits := p.Bits() - i*8
-		switch {
-		case bits >= 8:
-		case bits <= 0:
-			b[i] = 0xff
-		default:
-			b[i] |= 0xff >> bits
-		}
-	}
-	a, _ := netip.AddrFromSlice(b)
-	return a
 }
 
 // ParsePool parses "FIRST-LAST" and checks it lies in the subnet's usable

@@ -4,12 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/vmlane/vmlane/internal/macaddr"
 )
 
 // Version is the lease file format version this package reads and writes.
@@ -146,31 +145,7 @@ type File struct {
 // colon-separated, six two-digit octets. It accepts anything net.ParseMAC
 // accepts for a 48-bit address, and the macOS spelling with leading zeros
 // stripped from octets ("2:0:a:f4:3:7").
-func NormalizeMAC(mac string) (string, error) {
-	if parts := strings.Split(mac, ":"); len(parts) == 6 {
-		var b [6]byte
-		ok := true
-		for i, p := range parts {
-			v, err := strconv.ParseUint(p, 16, 8)
-			if err != nil || len(p) == 0 || len(p) > 2 {
-				ok = false
-				break
-			}
-			b[i] = byte(v)
-		}
-		if ok {
-			return net.HardwareAddr(b[:]).String(), nil
-		}
-	}
-	hw, err := net.ParseMAC(mac)
-	if err != nil {
-		return "", fmt.Errorf("invalid MAC %q: %w", mac, err)
-	}
-	if len(hw) != 6 {
-		return "", fmt.Errorf("invalid MAC %q: want 6 octets, got %d", mac, len(hw))
-	}
-	return hw.String(), nil
-}
+func NormalizeMAC(mac string) (string, error) { return macaddr.Normalize(mac) }
 
 // Decode parses and validates a lease file. Members this version does not
 // know do not break it: they are kept (see [UnknownMembers]) and Encode
@@ -219,7 +194,7 @@ func (f *File) validate() error {
 		if i > 0 && f.Leases[i-1].IP == l.IP {
 			return fmt.Errorf("lease %d: ip %s is held twice", i, l.IP)
 		}
-		if l.MAC != "" && !canonicalMAC(l.MAC) {
+		if l.MAC != "" && !macaddr.Canonical(l.MAC) {
 			return fmt.Errorf("lease %d: mac %q is not lowercase colon-separated", i, l.MAC)
 		}
 		// A state or source this version does not know is a newer
@@ -233,26 +208,6 @@ func (f *File) validate() error {
 		}
 	}
 	return nil
-}
-
-// canonicalMAC reports whether mac is already in NormalizeMAC's form.
-func canonicalMAC(mac string) bool {
-	if len(mac) != 17 {
-		return false
-	}
-	for i := 0; i < 17; i++ {
-		c := mac[i]
-		switch {
-		case i%3 == 2:
-			if c != ':' {
-				return false
-			}
-		case c >= '0' && c <= '9', c >= 'a' && c <= 'f':
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 func (f *File) sort() {

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmlane/vmlane/internal/netaddr"
 	"github.com/vmlane/vmlane/leases"
 )
 
@@ -169,7 +170,7 @@ func runReserveRelease(t *testing.T, subnet string, procs, cycles, hold int, exh
 				switch {
 				case err != nil || !p.Contains(ip):
 					t.Errorf("child %d: %s got %s, not an address of %s", i, h.cid, h.ip, p)
-				case ip == gatewayOf(p) || ip == p.Addr() || ip == lastOf(p):
+				case ip == gatewayOf(p) || ip == p.Addr() || ip == netaddr.LastAddr(p):
 					t.Errorf("child %d: %s got %s, the gateway, network or broadcast address", i, h.cid, ip)
 				case h.mac != macFor(ip):
 					t.Errorf("child %d: %s got MAC %s for %s, want %s", i, h.cid, h.mac, ip, macFor(ip))
@@ -246,13 +247,6 @@ func TestOverlapsFindsDoubleHolders(t *testing.T) {
 	if len(got) != 2 || !strings.Contains(got[0], "d (child 0) and e") || !strings.Contains(got[1], "d (child 0) and f") {
 		t.Errorf("overlaps = %q, want e and f each overlapping d, and nothing on 10.0.0.2", got)
 	}
-}
-
-func lastOf(p netip.Prefix) netip.Addr {
-	a := p.Addr().As4()
-	n := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
-	n |= 1<<(32-p.Bits()) - 1
-	return netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)})
 }
 
 func lastLines(s string, n int) string {

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"os"
 	"time"
+
+	"github.com/vmlane/vmlane/internal/atomicfile"
 )
 
 // Snapshot is a lease file as it was when read.
@@ -166,5 +168,5 @@ func (s *Snapshot) WriteCocoonCompat(path string) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(path, append(data, '\n'), 0o644)
+	return atomicfile.WriteFile(path, append(data, '\n'), 0o644)
 }

@@ -322,7 +322,7 @@ var schemaKeywords = map[string]bool{
 // validateSchema is the subset of a JSON Schema 2020-12 validator that
 // schema.json uses (TestSchemaUsesOnlyKnownKeywords keeps it that way);
 // formats are asserted, not just annotated. The module has no schema
-// library and leases imports the standard library only.
+// library and leases depends on the standard library only.
 func validateSchema(root map[string]any, schema, inst any, path string) error {
 	s := schema.(map[string]any)
 	if ref, ok := s["$ref"].(string); ok {

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/vmlane/vmlane/internal/atomicfile"
 )
 
 // Errors callers branch on. Returned errors wrap these with context, so test
@@ -204,7 +206,7 @@ func (s *Store) writeLocked(f *File) error {
 		s.cache.clear()
 		return fmt.Errorf("encoding lease file: %w", err)
 	}
-	if err := writeFileAtomic(s.path, data, 0o644); err != nil {
+	if err := atomicfile.WriteFile(s.path, data, 0o644); err != nil {
 		// The file holds the old bytes or, if only the folder's fsync
 		// failed, the new ones: either way the next read decodes it.
 		s.cache.clear()

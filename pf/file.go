@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/vmlane/vmlane/internal/atomicfile"
 )
 
 // readState reads one of vmlane's JSON state files (what it set up, for
@@ -27,41 +29,13 @@ func readState[T any](path, kind string) (T, error) {
 	return st, nil
 }
 
-// writeFileAtomic replaces path with data: a temp file in the same folder,
-// fsynced, renamed over the old one. A reader (vmnet, a VM runtime,
-// `vmlanectl teardown`) sees the old file or the new one, never a mix, and
-// a crash leaves one of the two whole.
+// writeFileAtomic replaces path with data (atomicfile.WriteFile), making
+// its folder first: /var/db/vmlane may not exist on a Mac yet. A reader
+// (vmnet, a VM runtime, `vmlanectl teardown`) sees the old file or the
+// new one, never a mix, and a crash leaves one of the two whole.
 func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(perm); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
+	return atomicfile.WriteFile(path, data, perm)
 }

@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strconv"
-	"strings"
+
+	"github.com/vmlane/vmlane/internal/macaddr"
+	"github.com/vmlane/vmlane/internal/netaddr"
 )
 
 // DefaultNetworkFile is where vmlaned writes the network description on
@@ -75,14 +76,14 @@ func NewNetwork(subnet netip.Prefix, mtu int, dns *DNS, res []Reservation) (Netw
 	}
 	res = slices.Clone(res)
 	slices.SortStableFunc(res, func(a, b Reservation) int { return a.IP.Compare(b.IP) })
-	broadcast := lastAddr(subnet)
+	broadcast := netaddr.LastAddr(subnet)
 	seenIP := map[netip.Addr]bool{}
 	seenMAC := map[string]bool{}
 	var problems []string
 	for _, r := range res {
-		mac, ok := normalizeMAC(r.MAC)
+		mac, err := macaddr.Normalize(r.MAC)
 		switch {
-		case !ok:
+		case err != nil:
 			problems = append(problems, fmt.Sprintf("reservation %s for %q: not a 48-bit MAC", r.IP, r.MAC))
 			continue
 		case !subnet.Contains(r.IP):
@@ -110,33 +111,4 @@ func (n Network) Marshal() ([]byte, error) {
 		return nil, err
 	}
 	return append(out, '\n'), nil
-}
-
-// normalizeMAC spells a 48-bit MAC as vmlane's lease file does (lowercase,
-// colons, two digits an octet), from any common spelling, macOS's octets
-// without leading zeros ("2:0:a:f4:5:7") included.
-func normalizeMAC(s string) (string, bool) {
-	parts := strings.FieldsFunc(s, func(r rune) bool { return r == ':' || r == '-' })
-	if len(parts) != 6 {
-		return "", false
-	}
-	out := make([]string, 6)
-	for i, p := range parts {
-		if len(p) < 1 || len(p) > 2 {
-			return "", false
-		}
-		v, err := strconv.ParseUint(p, 16, 8)
-		if err != nil {
-			return "", false
-		}
-		out[i] = fmt.Sprintf("%02x", v)
-	}
-	return strings.Join(out, ":"), true
-}
-
-func lastAddr(p netip.Prefix) netip.Addr {
-	b := p.Masked().Addr().As4()
-	host := ^uint32(0) >> p.Bits()
-	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]) | host
-	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/vmlane/vmlane/internal/atomicfile"
 	"github.com/vmlane/vmlane/internal/command"
 )
 
@@ -126,19 +127,9 @@ func (t *bsdTable) saveClaims() error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(t.path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(append(data, '\n')); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), t.path)
+	// fsynced with its folder: after a crash the file must still name
+	// every route vmlaned added, or they are left behind unowned.
+	return atomicfile.WriteFile(t.path, append(data, '\n'), 0o644)
 }
 
 // List dumps the kernel's table and marks the routes vmlane claims (a

@@ -49,7 +49,7 @@ func (c *cli) runLeases(args []string) int {
 	// Errors and usage are printed by fail and run, in one format.
 	fset.SetOutput(io.Discard)
 	fset.Usage = func() {}
-	fset.StringVar(&o.file, "lease-file", defaultLeaseFile(), "")
+	fset.StringVar(&o.file, "lease-file", leases.NodePath, "")
 	fset.Var(&o.output, "o", "")
 	fset.Var(&o.mac, "mac", "")
 	fset.Var(&o.ip, "ip", "")

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime"
 	"time"
 
 	"github.com/vmlane/vmlane/leases"
@@ -17,21 +16,6 @@ const (
 	exitFail  = 1
 	exitUsage = 2
 )
-
-// linuxLeaseFile is where vmlaned and the CNI plugin keep the lease file.
-const linuxLeaseFile = "/var/lib/vmlane/leases.json"
-
-// defaultLeaseFile is the lease file of the node vmlanectl runs on. On macOS
-// the addresses come from bootpd (vmnet's DHCP server), so its file is the
-// one to read. A GOOS switch rather than _linux/_darwin files: vmlanectl is
-// meant to build anywhere (an operator's laptop reading a copied file), and
-// every other system gets the Linux path.
-func defaultLeaseFile() string {
-	if runtime.GOOS == "darwin" {
-		return leases.BootpdPath
-	}
-	return linuxLeaseFile
-}
 
 func usage() string {
 	return `Usage:
@@ -60,7 +44,8 @@ Commands:
 
 Flags (before or after the command word):
   --lease-file FILE   vmlane's leases.json or macOS bootpd's dhcpd_leases, told
-                      apart by content (default ` + defaultLeaseFile() + `)
+                      apart by content (default ` + leases.NodePath + `: the node's own,
+                      bootpd's on macOS)
   -o table|json       output format (default table)
   --mac MAC           a 48-bit MAC in any common spelling (02:00:0a:f4:03:07,
                       2:0:a:f4:3:7, 02-00-0A-F4-03-07)

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/vmlane/vmlane/internal/atomicfile"
 	"github.com/vmlane/vmlane/plugin"
 )
 
@@ -127,41 +128,17 @@ func writeConflist(dir, name string, data []byte) (bool, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return false, err
 	}
-	// The temporary file sits in dir itself, not in a subfolder: the
+	// atomicfile's temporary file sits in dir itself, not elsewhere: the
 	// rename then raises an inotify event under the temporary name
 	// (IN_MOVED_FROM) besides the one under the final name (IN_MOVED_TO).
 	// containerd's CNI config watch ignores the latter (it skips "create"
 	// events) and reloads on the former; a file moved in from elsewhere
 	// would only be seen at the next unrelated change.
-	tmp, err := os.CreateTemp(dir, "."+name+".tmp-*")
-	if err != nil {
-		return false, err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return false, err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return false, err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return false, err
-	}
-	if err := tmp.Close(); err != nil {
-		return false, err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := atomicfile.WriteFile(path, data, 0o644); err != nil {
 		return false, fmt.Errorf("installing %s: %w", path, err)
 	}
-	// The rename is durable only once the folder is: without this a crash
-	// could bring back the previous conflist, for the old subnet.
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
+	// atomicfile fsyncs the folder too: without that a crash could bring
+	// back the previous conflist, for the old subnet.
 	return true, nil
 }
 

@@ -1,6 +1,7 @@
 // Package netaddr holds the prefix arithmetic net/netip lacks and several
-// vmlane packages need. (leases keeps its own copy: it imports nothing of
-// vmlane's, so VM runtimes can depend on it alone.)
+// vmlane packages need (the lease allocator, the DHCP server's options,
+// vmnet's reservations, the plugin, the routes). It imports the standard
+// library only, so leases may use it.
 package netaddr
 
 import "net/netip"
