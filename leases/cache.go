@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -238,6 +239,32 @@ func readFileInto(path string, buf []byte) ([]byte, error) {
 		}
 		if err != nil {
 			return buf, err
+		}
+	}
+}
+
+// readFileString reads the file at path into a string without the copy
+// a []byte to string conversion makes: a Builder grown to the file's size
+// takes the reads and hands its buffer over as the string.
+func readFileString(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	var b strings.Builder
+	if fi, err := f.Stat(); err == nil {
+		b.Grow(int(fi.Size()) + 512)
+	}
+	var chunk [64 << 10]byte
+	for {
+		n, err := f.Read(chunk[:])
+		b.Write(chunk[:n])
+		if err == io.EOF {
+			return b.String(), nil
+		}
+		if err != nil {
+			return "", err
 		}
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"strings"
 	"time"
-	"unsafe"
 )
 
 // The lease file is read on every store operation and by every runtime
@@ -27,6 +26,11 @@ type decoder struct {
 	pos int
 	// key is where the key of the member being read starts, for keep.
 	key int
+	// kept is the UnknownMembers keep last added to, and d.s[keptFrom:
+	// keptTo] its raw when that is a slice of d.s, so that the next member
+	// of the same object extends the slice instead of concatenating.
+	kept             *UnknownMembers
+	keptFrom, keptTo int
 }
 
 func (d *decoder) errorf(format string, args ...any) error {
@@ -418,11 +422,10 @@ func (d *decoder) lease(l *Lease) error {
 }
 
 // decodeFile parses data into a File without validating it.
-func decodeFile(data []byte) (*File, error) {
-	// Every unescaped string field is a slice of this one string, which
-	// aliases data: callers pass a buffer nobody writes to afterwards
-	// (decodeOwned), as unsafe.String requires.
-	d := &decoder{s: unsafe.String(unsafe.SliceData(data), len(data))}
+func decodeFile(data string) (*File, error) {
+	// Every unescaped string field is a slice of data, so a lease costs no
+	// allocation of its own.
+	d := &decoder{s: data}
 	f := new(File)
 	sawVersion, sawLeases := false, false
 	if d.peek() != '{' {

@@ -1,7 +1,6 @@
 package leases
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -151,12 +150,19 @@ func NormalizeMAC(mac string) (string, error) { return macaddr.Normalize(mac) }
 // know do not break it: they are kept (see [UnknownMembers]) and Encode
 // writes them back. An unknown version is an error.
 func Decode(data []byte) (*File, error) {
-	// decodeOwned keeps slices of its input; a caller may reuse data.
-	return decodeOwned(bytes.Clone(data))
+	return decodeOwned(data)
 }
 
 // decodeOwned is Decode for a buffer nobody writes to afterwards.
 func decodeOwned(data []byte) (*File, error) {
+	// The copy into a string (which the leases' strings then slice) is
+	// what keeps the package free of unsafe; Read avoids it by reading
+	// the file into a string to begin with.
+	return decodeString(string(data))
+}
+
+// decodeString is Decode for data already in a string.
+func decodeString(data string) (*File, error) {
 	f, err := decodeFile(data)
 	if err != nil {
 		return nil, err

@@ -1,11 +1,10 @@
 package leases
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/netip"
-	"os"
+	"strings"
 	"time"
 
 	"github.com/vmlane/vmlane/internal/atomicfile"
@@ -30,7 +29,7 @@ func Read(path string) (*Snapshot, error) {
 	if path == "" {
 		path = NodePath
 	}
-	data, err := os.ReadFile(path)
+	data, err := readFileString(path)
 	if err != nil {
 		return nil, fmt.Errorf("lease file %s: %w", path, err)
 	}
@@ -41,15 +40,15 @@ func Read(path string) (*Snapshot, error) {
 	return s, nil
 }
 
-func parse(data []byte) (*Snapshot, error) {
+func parse(data string) (*Snapshot, error) {
 	if isBootpd(data) {
-		ls, err := ParseBootpd(bytes.NewReader(data))
+		ls, err := ParseBootpd(strings.NewReader(data))
 		if err != nil {
 			return nil, err
 		}
 		return NewSnapshot(File{Leases: ls}), nil
 	}
-	f, err := decodeOwned(data)
+	f, err := decodeString(data)
 	if err != nil {
 		return nil, err
 	}
@@ -57,12 +56,12 @@ func parse(data []byte) (*Snapshot, error) {
 }
 
 // isBootpd tells bootpd's format ("{\n\tname=...") from JSON ("{\"version\"").
-func isBootpd(data []byte) bool {
-	data = bytes.TrimLeft(data, " \t\r\n")
+func isBootpd(data string) bool {
+	data = strings.TrimLeft(data, " \t\r\n")
 	if len(data) == 0 || data[0] != '{' {
 		return false
 	}
-	rest := bytes.TrimLeft(data[1:], " \t\r\n")
+	rest := strings.TrimLeft(data[1:], " \t\r\n")
 	return len(rest) > 0 && rest[0] != '"' && rest[0] != '}'
 }
 

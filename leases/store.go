@@ -229,9 +229,9 @@ func (s *Store) Snapshot() (*Snapshot, error) {
 		return nil, fmt.Errorf("lease file %s: %w", s.path, err)
 	}
 	if f == nil {
-		if isBootpd(data) {
+		if isBootpd(string(data)) {
 			// Not a file a Store writes; read it as Read would.
-			snap, err := parse(data)
+			snap, err := parse(string(data))
 			if err != nil {
 				return nil, fmt.Errorf("lease file %s: %w", s.path, err)
 			}

@@ -1,7 +1,5 @@
 package leases
 
-import "unsafe"
-
 // UnknownMembers are the members of a JSON object in the lease file (the
 // file itself, a lease, a pod) that this version of the package does not
 // know: a newer writer's additions. They are kept verbatim, each from its
@@ -41,16 +39,18 @@ func (d *decoder) keep(dst *UnknownMembers) error {
 	m := d.s[start:d.pos]
 	if dst.raw == "" {
 		dst.raw = m
+		d.kept, d.keptFrom, d.keptTo = dst, start, d.pos
 		return nil
 	}
-	// dst.raw is a slice of d.s ending at the comma before m: extend it.
-	// (A raw that was concatenated lives elsewhere and fails the check.)
-	if prev := start - 1 - len(dst.raw); prev >= 0 && d.s[start-1] == ',' &&
-		unsafe.StringData(dst.raw) == unsafe.StringData(d.s[prev:]) {
-		dst.raw = d.s[prev:d.pos]
+	// dst.raw is the slice of d.s the last keep left, ending at the comma
+	// before m: extend it. (A raw that was concatenated is not.)
+	if d.kept == dst && d.keptTo == start-1 && d.s[start-1] == ',' && d.s[d.keptFrom:d.keptTo] == dst.raw {
+		dst.raw = d.s[d.keptFrom:d.pos]
+		d.keptTo = d.pos
 		return nil
 	}
 	dst.raw = dst.raw + "," + m
+	d.kept = nil
 	return nil
 }
 

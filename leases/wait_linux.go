@@ -1,10 +1,10 @@
 package leases
 
 import (
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"syscall"
-	"unsafe"
 )
 
 // watchFile signals on changed whenever a file named like path is created,
@@ -36,14 +36,17 @@ func watchFile(path string) (changed <-chan struct{}, stop func(), err error) {
 				return
 			}
 			for off := 0; off+syscall.SizeofInotifyEvent <= n; {
-				ev := (*syscall.InotifyEvent)(unsafe.Pointer(&buf[off]))
+				// struct inotify_event: wd, mask, cookie, len (each 32
+				// bits, host order), then len bytes of NUL-padded name.
+				mask := binary.NativeEndian.Uint32(buf[off+4:])
+				nameLen := binary.NativeEndian.Uint32(buf[off+12:])
 				nameStart := off + syscall.SizeofInotifyEvent
-				nameEnd := nameStart + int(ev.Len)
+				nameEnd := nameStart + int(nameLen)
 				if nameEnd > n {
 					break
 				}
 				name := string(trimNUL(buf[nameStart:nameEnd]))
-				if name == base || ev.Mask&syscall.IN_Q_OVERFLOW != 0 {
+				if name == base || mask&syscall.IN_Q_OVERFLOW != 0 {
 					select {
 					case ch <- struct{}{}:
 					default:
