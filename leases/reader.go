@@ -1,13 +1,10 @@
 package leases
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"strings"
 	"time"
-
-	"github.com/vmlane/vmlane/internal/atomicfile"
 )
 
 // Snapshot is a lease file as it was when read.
@@ -157,15 +154,4 @@ func (s *Snapshot) Compat() []CompatLease {
 		out = append(out, CompatLease{MAC: l.MAC, IP: l.IP.String(), Expiry: exp.UTC()})
 	}
 	return out
-}
-
-// WriteCocoonCompat writes [Snapshot.Compat] to path as a JSON array of
-// {"mac","ip","expiry"} (RFC 3339), atomically, for runtimes that already
-// read cocoon-net's lease export.
-func (s *Snapshot) WriteCocoonCompat(path string) error {
-	data, err := json.MarshalIndent(s.Compat(), "", "  ")
-	if err != nil {
-		return err
-	}
-	return atomicfile.WriteFile(path, append(data, '\n'), 0o644)
 }

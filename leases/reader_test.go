@@ -172,17 +172,16 @@ func TestParseBootpdErrors(t *testing.T) {
 	}
 }
 
-func TestWriteCocoonCompat(t *testing.T) {
+func TestCompat(t *testing.T) {
 	s, err := Read("testdata/example.json")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.now = time.Date(2026, 11, 22, 17, 30, 0, 0, time.UTC)
-	out := filepath.Join(t.TempDir(), "leases-compat.json")
-	if err := s.WriteCocoonCompat(out); err != nil {
+	data, err := json.Marshal(s.Compat())
+	if err != nil {
 		t.Fatal(err)
 	}
-	data, _ := os.ReadFile(out)
 	var got []map[string]string
 	if err := json.Unmarshal(data, &got); err != nil {
 		t.Fatal(err)

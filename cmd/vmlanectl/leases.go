@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/vmlane/vmlane/internal/atomicfile"
 	"github.com/vmlane/vmlane/leases"
 	"github.com/vmlane/vmlane/plugin"
 )
@@ -256,8 +258,20 @@ func (c *cli) leasesExport(o *leasesOpts) error {
 	if err != nil {
 		return err
 	}
-	if err := s.WriteCocoonCompat(o.cocoon); err != nil {
+	if err := writeCocoonCompat(s, o.cocoon); err != nil {
 		return fmt.Errorf("writing cocoon-net export: %w", err)
 	}
 	return nil
+}
+
+// writeCocoonCompat writes s.Compat() to path as a JSON array of
+// {"mac","ip","expiry"} (RFC 3339), atomically, for runtimes that already
+// read cocoon-net's lease export. It lives here, not in leases: runtimes
+// that import leases read the lease file itself.
+func writeCocoonCompat(s *leases.Snapshot, path string) error {
+	data, err := json.MarshalIndent(s.Compat(), "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(path, append(data, '\n'), 0o644)
 }
