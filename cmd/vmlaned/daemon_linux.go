@@ -25,7 +25,7 @@ func run(ctx context.Context, c *config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	defer lock.Close() // held, and kept reachable, until run returns
+	defer lock.Close()
 	reg, h, err := endpoints(ctx, c, log)
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -23,10 +24,11 @@ import (
 // lockBridge takes an exclusive flock on a run file beside the lease file,
 // named for the bridge, so a second vmlaned on the same bridge refuses to
 // start instead of both binding port 67 (the DHCP socket sets SO_REUSEPORT,
-// so the kernel would not stop it). The lock lasts while the returned file
-// is open: the caller must keep it (an unreachable *os.File is closed by
-// its finalizer, which would drop the lock at the next GC).
-func lockBridge(leaseFile, bridge string) (*os.File, error) {
+// so the kernel would not stop it). The lock lasts until Close: the file
+// behind it is also held in heldLocks, because an unreachable *os.File is
+// closed by its finalizer, which would drop the lock at the next GC if a
+// caller let go of the handle.
+func lockBridge(leaseFile, bridge string) (*bridgeLock, error) {
 	dir := filepath.Dir(leaseFile)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -41,9 +43,36 @@ func lockBridge(leaseFile, bridge string) (*os.File, error) {
 		f.Close()
 		return nil, fmt.Errorf("another vmlaned (pid %s) already serves bridge %s (lock %s)", strings.TrimSpace(string(pid)), bridge, path)
 	}
-	f.Truncate(0)
-	f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-	return f, nil
+	// The pid is for the message of the vmlaned that is refused; the
+	// lock holds without it.
+	if err := f.Truncate(0); err == nil {
+		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	heldMu.Lock()
+	heldLocks[path] = f
+	heldMu.Unlock()
+	return &bridgeLock{path: path}, nil
+}
+
+// heldLocks keeps every bridge lock's file reachable until its Close.
+var (
+	heldMu    sync.Mutex
+	heldLocks = map[string]*os.File{}
+)
+
+// bridgeLock is a lock lockBridge took.
+type bridgeLock struct{ path string }
+
+// Close releases the lock.
+func (l *bridgeLock) Close() error {
+	heldMu.Lock()
+	f := heldLocks[l.path]
+	delete(heldLocks, l.path)
+	heldMu.Unlock()
+	if f == nil {
+		return nil
+	}
+	return f.Close()
 }
 
 // dhcpMetrics are the DHCP server's Prometheus metrics.

@@ -7,18 +7,24 @@ import (
 	"testing"
 )
 
-// TestBridgeLockSurvivesGC: the lock must hold for as long as the daemon
-// runs. It used to live in an *os.File nobody referenced, which the GC's
-// finalizer closed, dropping the flock: a second vmlaned then started.
+// TestBridgeLockSurvivesGC: a lock whose handle nobody holds any more
+// still refuses a second vmlaned after garbage collections (a file kept
+// only by the handle would be closed by its finalizer, dropping the
+// flock), until it is closed.
 func TestBridgeLockSurvivesGC(t *testing.T) {
 	leaseFile := filepath.Join(t.TempDir(), "leases.json")
-	f, err := lockBridge(leaseFile, "vmlane0")
-	if err != nil {
-		t.Fatal(err)
+	take := func() {
+		// The handle dies with this frame.
+		if _, err := lockBridge(leaseFile, "vmlane0"); err != nil {
+			t.Fatal(err)
+		}
 	}
-	defer f.Close()
-	runtime.GC()
-	runtime.GC()
+	take()
+	path := filepath.Join(filepath.Dir(leaseFile), "vmlaned-vmlane0.lock")
+	t.Cleanup(func() { (&bridgeLock{path: path}).Close() })
+	for range 3 {
+		runtime.GC()
+	}
 	if g, err := lockBridge(leaseFile, "vmlane0"); err == nil || !strings.Contains(err.Error(), "already serves bridge vmlane0") {
 		if g != nil {
 			g.Close()
@@ -30,10 +36,12 @@ func TestBridgeLockSurvivesGC(t *testing.T) {
 	} else {
 		g.Close()
 	}
-	f.Close()
-	if g, err := lockBridge(leaseFile, "vmlane0"); err != nil {
-		t.Errorf("lock after the holder closed it: %v", err)
-	} else {
-		g.Close()
+	if err := (&bridgeLock{path: path}).Close(); err != nil {
+		t.Fatal(err)
 	}
+	g, err := lockBridge(leaseFile, "vmlane0")
+	if err != nil {
+		t.Fatalf("lock after the holder closed it: %v", err)
+	}
+	g.Close()
 }
