@@ -64,127 +64,32 @@ func (tx *Tx) mustWrite() {
 // the last allocation. It is idempotent: when the attachment (or, for DHCP
 // leases, the MAC) already holds a lease, that lease is returned unchanged.
 func (tx *Tx) Reserve(req ReserveRequest) (Lease, error) {
-	f := tx.f
-	if req.Source == "" {
-		req.Source = SourceDHCP
-		if req.Key != (Key{}) {
-			req.Source = SourceCNI
-		}
-	}
-	if req.MAC != "" {
-		m, err := NormalizeMAC(req.MAC)
-		if err != nil {
-			return Lease{}, err
-		}
-		req.MAC = m
-	}
-	switch req.Source {
-	case SourceCNI:
-		if req.Key.ContainerID == "" || req.Key.IfName == "" {
-			return Lease{}, fmt.Errorf("a CNI reservation needs a container ID and an interface name, got %q", req.Key)
-		}
-	case SourceDHCP:
-		if req.MAC == "" {
-			return Lease{}, errors.New("a DHCP lease needs a MAC")
-		}
-	default:
-		return Lease{}, fmt.Errorf("unknown lease source %q", req.Source)
+	req, err := req.normalized()
+	if err != nil {
+		return Lease{}, err
 	}
 	if i := tx.indexOfOwner(req); i >= 0 {
-		l := f.Leases[i]
-		if !l.Known() {
-			return Lease{}, fmt.Errorf("%w: %s holds %s", ErrConflict, describe(l), l.IP)
-		}
-		if req.IP.IsValid() && req.IP != l.IP {
-			return Lease{}, fmt.Errorf("%w: %s already holds %s, the request asks for %s", ErrConflict, describe(l), l.IP, req.IP)
-		}
-		if req.MAC != "" && l.MAC != "" && req.MAC != l.MAC {
-			return Lease{}, fmt.Errorf("%w: %s already holds %s with MAC %s, the request asks for MAC %s", ErrConflict, describe(l), l.IP, l.MAC, req.MAC)
-		}
-		return l, nil
+		return tx.f.Leases[i].reuseFor(req)
 	}
-
 	// Every lease holds its address, whatever its state: a declined one
 	// until its quarantine ends, one this version does not know until a
 	// version that knows it lets it go.
-	held := make(map[netip.Addr]*Lease, len(f.Leases))
-	for i := range f.Leases {
-		held[f.Leases[i].IP] = &f.Leases[i]
+	held := make(map[netip.Addr]*Lease, len(tx.f.Leases))
+	for i := range tx.f.Leases {
+		held[tx.f.Leases[i].IP] = &tx.f.Leases[i]
 	}
-	all := poolOf(f.Subnet)
-	ip := req.IP
-	if ip.IsValid() {
-		ip = ip.Unmap()
-		switch {
-		case !f.Subnet.Contains(ip):
-			return Lease{}, fmt.Errorf("requested ip %s is outside subnet %s", ip, f.Subnet)
-		case ip == f.Gateway:
-			return Lease{}, fmt.Errorf("requested ip %s is the gateway of %s", ip, f.Subnet)
-		case !all.contains(ip):
-			return Lease{}, fmt.Errorf("requested ip %s is the network or broadcast address of %s", ip, f.Subnet)
-		case held[ip] != nil:
-			return Lease{}, fmt.Errorf("requested ip %s: %w by %s", ip, ErrInUse, describe(*held[ip]))
-		}
+	var ip netip.Addr
+	if req.IP.IsValid() {
+		ip, err = tx.checkRequested(req.IP.Unmap(), held)
 	} else {
-		pool := all
-		if req.Pool.First.IsValid() {
-			if !all.contains(req.Pool.First) || !all.contains(req.Pool.Last) {
-				return Lease{}, fmt.Errorf("pool %s is not inside subnet %s", req.Pool, f.Subnet)
-			}
-			pool = req.Pool
-		}
-		// With a derived MAC, an address whose MAC some lease already has
-		// (a runtime asked for it explicitly) is as good as held:
-		// allocating it would fail on the MAC and block every later ADD.
-		// (A lease this version does not know holds its MAC, below.)
-		macHeld := map[string]bool{}
-		if req.MAC == "" && req.MACFor != nil {
-			for _, l := range f.Leases {
-				if l.MAC != "" && l.State != StateDeclined {
-					macHeld[l.MAC] = true
-				}
-			}
-		}
-		isHeld := func(a netip.Addr) bool {
-			if held[a] != nil || a == f.Gateway {
-				return true
-			}
-			if len(macHeld) > 0 {
-				m, err := NormalizeMAC(req.MACFor(a))
-				return err == nil && macHeld[m]
-			}
-			return false
-		}
-		var ok bool
-		ip, ok = allocate(pool, f.LastReserved, req.Exclude, isHeld, len(held)+len(macHeld)+1)
-		if !ok {
-			return Lease{}, fmt.Errorf("subnet %s is full (pool %s, %d leases held): %w", f.Subnet, pool, len(held), ErrExhausted)
-		}
-		f.LastReserved = ip
+		ip, err = tx.allocate(req, held)
 	}
-
-	mac := req.MAC
-	if mac == "" && req.MACFor != nil {
-		m, err := NormalizeMAC(req.MACFor(ip))
-		if err != nil {
-			return Lease{}, fmt.Errorf("deriving MAC for %s: %w", ip, err)
-		}
-		mac = m
+	if err != nil {
+		return Lease{}, err
 	}
-	if mac != "" {
-		// One lease per MAC. A declined CNI reservation counts: it is
-		// the VM's address, and it turns reserved again when its
-		// quarantine ends, so a second lease now would leave the MAC
-		// with two. A declined dynamic lease does not: it only keeps
-		// the address out of use, and its client gets another. A lease
-		// this version does not know holds its MAC too (its state is
-		// not StateDeclined): whether its writer would let the MAC have
-		// a second lease, this version cannot tell.
-		for _, l := range f.Leases {
-			if l.MAC == mac && (l.State != StateDeclined || l.Source == SourceCNI) {
-				return Lease{}, fmt.Errorf("MAC %s: %w by %s (ip %s, %s)", mac, ErrInUse, describe(l), l.IP, l.State)
-			}
-		}
+	mac, err := tx.macFor(req, ip)
+	if err != nil {
+		return Lease{}, err
 	}
 	l := Lease{
 		MAC:         mac,
@@ -201,9 +106,147 @@ func (tx *Tx) Reserve(req ReserveRequest) (Lease, error) {
 		Created:     tx.now,
 		Expires:     normTime(req.Expires),
 	}
+	if !req.IP.IsValid() {
+		tx.f.LastReserved = ip
+	}
 	tx.mustWrite()
-	f.Leases = append(f.Leases, l)
+	tx.f.Leases = append(tx.f.Leases, l)
 	return l, nil
+}
+
+// normalized fills in req's source (CNI when it names an attachment, DHCP
+// otherwise), spells its MAC canonically, and checks that the source has
+// what it needs.
+func (req ReserveRequest) normalized() (ReserveRequest, error) {
+	if req.Source == "" {
+		req.Source = SourceDHCP
+		if req.Key != (Key{}) {
+			req.Source = SourceCNI
+		}
+	}
+	if req.MAC != "" {
+		m, err := NormalizeMAC(req.MAC)
+		if err != nil {
+			return req, err
+		}
+		req.MAC = m
+	}
+	switch req.Source {
+	case SourceCNI:
+		if req.Key.ContainerID == "" || req.Key.IfName == "" {
+			return req, fmt.Errorf("a CNI reservation needs a container ID and an interface name, got %q", req.Key)
+		}
+	case SourceDHCP:
+		if req.MAC == "" {
+			return req, errors.New("a DHCP lease needs a MAC")
+		}
+	default:
+		return req, fmt.Errorf("unknown lease source %q", req.Source)
+	}
+	return req, nil
+}
+
+// reuseFor returns l, the lease req's owner already holds (a retried ADD,
+// a client's second DISCOVER), unless req asks for something l is not.
+func (l Lease) reuseFor(req ReserveRequest) (Lease, error) {
+	if !l.Known() {
+		return Lease{}, fmt.Errorf("%w: %s holds %s", ErrConflict, describe(l), l.IP)
+	}
+	if req.IP.IsValid() && req.IP != l.IP {
+		return Lease{}, fmt.Errorf("%w: %s already holds %s, the request asks for %s", ErrConflict, describe(l), l.IP, req.IP)
+	}
+	if req.MAC != "" && l.MAC != "" && req.MAC != l.MAC {
+		return Lease{}, fmt.Errorf("%w: %s already holds %s with MAC %s, the request asks for MAC %s", ErrConflict, describe(l), l.IP, l.MAC, req.MAC)
+	}
+	return l, nil
+}
+
+// checkRequested returns ip, an address a request names, if it can be
+// reserved: in the subnet, not the gateway, network or broadcast address,
+// not held.
+func (tx *Tx) checkRequested(ip netip.Addr, held map[netip.Addr]*Lease) (netip.Addr, error) {
+	f := tx.f
+	switch {
+	case !f.Subnet.Contains(ip):
+		return ip, fmt.Errorf("requested ip %s is outside subnet %s", ip, f.Subnet)
+	case ip == f.Gateway:
+		return ip, fmt.Errorf("requested ip %s is the gateway of %s", ip, f.Subnet)
+	case !poolOf(f.Subnet).contains(ip):
+		return ip, fmt.Errorf("requested ip %s is the network or broadcast address of %s", ip, f.Subnet)
+	case held[ip] != nil:
+		return ip, fmt.Errorf("requested ip %s: %w by %s", ip, ErrInUse, describe(*held[ip]))
+	}
+	return ip, nil
+}
+
+// allocate picks the next free address of req's pool (the subnet's when
+// none) round robin from the file's cursor, skipping req.Exclude.
+func (tx *Tx) allocate(req ReserveRequest, held map[netip.Addr]*Lease) (netip.Addr, error) {
+	f := tx.f
+	all := poolOf(f.Subnet)
+	pool := all
+	if req.Pool.First.IsValid() {
+		if !all.contains(req.Pool.First) || !all.contains(req.Pool.Last) {
+			return netip.Addr{}, fmt.Errorf("pool %s is not inside subnet %s", req.Pool, f.Subnet)
+		}
+		pool = req.Pool
+	}
+	// With a derived MAC, an address whose MAC some lease already has
+	// (a runtime asked for it explicitly) is as good as held:
+	// allocating it would fail on the MAC and block every later ADD.
+	// (A lease this version does not know holds its MAC, below.)
+	macHeld := map[string]bool{}
+	if req.MAC == "" && req.MACFor != nil {
+		for _, l := range f.Leases {
+			if l.MAC != "" && l.State != StateDeclined {
+				macHeld[l.MAC] = true
+			}
+		}
+	}
+	isHeld := func(a netip.Addr) bool {
+		if held[a] != nil || a == f.Gateway {
+			return true
+		}
+		if len(macHeld) > 0 {
+			m, err := NormalizeMAC(req.MACFor(a))
+			return err == nil && macHeld[m]
+		}
+		return false
+	}
+	ip, ok := allocate(pool, f.LastReserved, req.Exclude, isHeld, len(held)+len(macHeld)+1)
+	if !ok {
+		return netip.Addr{}, fmt.Errorf("subnet %s is full (pool %s, %d leases held): %w", f.Subnet, pool, len(held), ErrExhausted)
+	}
+	return ip, nil
+}
+
+// macFor is the new lease's MAC: req's, or the one req.MACFor derives from
+// ip. It must not be another lease's.
+func (tx *Tx) macFor(req ReserveRequest, ip netip.Addr) (string, error) {
+	mac := req.MAC
+	if mac == "" && req.MACFor != nil {
+		m, err := NormalizeMAC(req.MACFor(ip))
+		if err != nil {
+			return "", fmt.Errorf("deriving MAC for %s: %w", ip, err)
+		}
+		mac = m
+	}
+	if mac == "" {
+		return "", nil
+	}
+	// One lease per MAC. A declined CNI reservation counts: it is the
+	// VM's address, and it turns reserved again when its quarantine ends,
+	// so a second lease now would leave the MAC with two. A declined
+	// dynamic lease does not: it only keeps the address out of use, and
+	// its client gets another. A lease this version does not know holds
+	// its MAC too (its state is not StateDeclined): whether its writer
+	// would let the MAC have a second lease, this version cannot tell.
+	for _, l := range tx.f.Leases {
+		if l.MAC == mac && (l.State != StateDeclined || l.Source == SourceCNI) {
+			return "", fmt.Errorf("MAC %s: %w by %s (ip %s, %s)", mac, ErrInUse, describe(l), l.IP, l.State)
+		}
+	}
+	return mac, nil
 }
 
 // indexOfOwner finds the lease the request already owns, or -1. Reserve
