@@ -27,21 +27,51 @@ const workers = 8
 // The socket belongs to the network namespace of the thread that calls
 // Serve; tests lock a goroutine into a namespace before calling it.
 func Serve(ctx context.Context, iface string, h *Handler, log *slog.Logger) error {
-	if log == nil {
-		log = slog.Default()
+	s, err := Listen(iface, h)
+	if err != nil {
+		return err
 	}
-	log = log.With("component", "dhcp", "interface", iface)
+	return s.Serve(ctx, log)
+}
+
+// Server is a DHCP server whose sockets are open: Listen binds them, so a
+// caller knows the server is up (or why it is not) before it reports
+// itself ready, and Serve answers on them.
+type Server struct {
+	iface string
+	conn  net.PacketConn
+	ports *portSender
+	h     *Handler
+}
+
+// Listen opens the server's sockets on iface, as Serve describes. The
+// caller must call Serve or Close.
+func Listen(iface string, h *Handler) (*Server, error) {
 	conn, err := server4.NewIPv4UDPConn(iface, &net.UDPAddr{Port: dhcpv4.ServerPort})
 	if err != nil {
-		return fmt.Errorf("opening DHCP socket on %s: %w", iface, err)
+		return nil, fmt.Errorf("opening DHCP socket on %s: %w", iface, err)
 	}
 	ports, err := newPortSender(iface, h.cfg.ServerIP)
 	if err != nil {
 		conn.Close()
-		return fmt.Errorf("opening DHCP reply socket on %s: %w", iface, err)
+		return nil, fmt.Errorf("opening DHCP reply socket on %s: %w", iface, err)
 	}
-	defer ports.Close()
-	return serveConn(ctx, conn, ports, h, log)
+	return &Server{iface: iface, conn: conn, ports: ports, h: h}, nil
+}
+
+// Serve answers DHCP until ctx is done, then closes the sockets. It
+// returns nil when ctx ends, or the error that stopped it.
+func (s *Server) Serve(ctx context.Context, log *slog.Logger) error {
+	if log == nil {
+		log = slog.Default()
+	}
+	defer s.ports.Close()
+	return serveConn(ctx, s.conn, s.ports, s.h, log.With("component", "dhcp", "interface", s.iface))
+}
+
+// Close closes the sockets of a server that will not Serve.
+func (s *Server) Close() error {
+	return errors.Join(s.conn.Close(), s.ports.Close())
 }
 
 type packet struct {

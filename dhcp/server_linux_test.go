@@ -2,6 +2,7 @@ package dhcp
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -187,5 +188,40 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestListenIsBound: once Listen returns, the server's port 67 socket is
+// bound on the interface, before Serve runs (vmlaned reports ready on
+// that), and a bridge that does not exist is Listen's error, naming it.
+func TestListenIsBound(t *testing.T) {
+	privtest.Require(t, "ip")
+	ns := netnstest.New(t, "dlis")
+	ns.MustRun(t, "ip", "link", "add", "br0", "type", "bridge")
+	ns.MustRun(t, "ip", "addr", "add", "10.98.0.1/24", "dev", "br0")
+	ns.MustRun(t, "ip", "link", "set", "br0", "up")
+	h, err := NewHandler(testConfig(), newFake())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var udp []byte
+	err = ns.Do(func() error {
+		if _, err := Listen("nope0", h); err == nil || !strings.Contains(err.Error(), "nope0") {
+			return fmt.Errorf("Listen on a missing interface = %v, want an error naming it", err)
+		}
+		s, err := Listen("br0", h)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		// /proc/net/udp is the reading thread's namespace's.
+		udp, err = os.ReadFile("/proc/thread-self/net/udp")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(udp), ":0043 ") {
+		t.Fatalf("no socket on port 67 after Listen returned:\n%s", udp)
 	}
 }

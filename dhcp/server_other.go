@@ -11,5 +11,19 @@ import (
 // Serve is Linux-only: on macOS, vmnet's own DHCP server (bootpd) serves
 // the VMs and vmlaned only configures it.
 func Serve(ctx context.Context, iface string, h *Handler, log *slog.Logger) error {
-	return errors.New("the DHCP server runs on Linux; on macOS vmnet's bootpd serves VMs")
+	return errNotLinux
 }
+
+var errNotLinux = errors.New("the DHCP server runs on Linux; on macOS vmnet's bootpd serves VMs")
+
+// Server is Linux-only, as Serve is.
+type Server struct{}
+
+// Listen is Linux-only, as Serve is.
+func Listen(iface string, h *Handler) (*Server, error) { return nil, errNotLinux }
+
+// Serve is Linux-only.
+func (s *Server) Serve(ctx context.Context, log *slog.Logger) error { return errNotLinux }
+
+// Close is Linux-only.
+func (s *Server) Close() error { return errNotLinux }

@@ -52,6 +52,9 @@ type Controller struct {
 	reported map[string]bool // node/reason pairs already logged and evented
 
 	lastOK atomic.Int64 // unix nanos of the last successful reconcile
+
+	ready     chan struct{} // closed by the first reconcile
+	readyOnce sync.Once
 }
 
 // syncKey is the only workqueue key: every Node event asks for one full
@@ -82,6 +85,7 @@ func NewController(client kubernetes.Interface, table routeTable, ipt4, ipt6 ipt
 		recorder: recorder,
 		metrics:  m,
 		reported: map[string]bool{},
+		ready:    make(chan struct{}),
 	}
 	c.loop = &Loop{Table: table, IPT4: ipt4, IPT6: ipt6, Proto: o.Protocol, Resync: o.Resync, Desired: c.desired, Observe: c.observe, Log: log}
 	c.loop.Init()
@@ -154,8 +158,11 @@ func (c *Controller) LastSuccess() time.Time {
 	return time.Time{}
 }
 
-// Synced reports whether the informer has synced.
-func (c *Controller) Synced() bool { return c.informer.HasSynced() }
+// Ready is closed once the first reconcile has run, which Run starts only
+// after the informer has synced: from then on the kernel holds the routes
+// of every node the cluster had (those that could be installed), and the
+// node can say its network is up.
+func (c *Controller) Ready() <-chan struct{} { return c.ready }
 
 // Node returns this controller's view of a node from the informer cache.
 func (c *Controller) Node(name string) (*corev1.Node, error) { return c.lister.Get(name) }
@@ -193,6 +200,7 @@ func (c *Controller) desired() Desired {
 
 func (c *Controller) observe(out Outcome, err error) {
 	c.metrics.observe(out, err)
+	c.readyOnce.Do(func() { close(c.ready) })
 	// A failed reconcile is retried with the queue's backoff (5 ms,
 	// doubling, per failure in a row), not left to the resync tick; a
 	// success resets the backoff.

@@ -80,6 +80,11 @@ func TestFailedReconcileRetriesWithBackoff(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	select {
+	case <-c.Ready():
+	default:
+		t.Error("Ready is still open after reconciles ran")
+	}
 	if c.LastSuccess().IsZero() {
 		t.Error("LastSuccess is zero after a successful reconcile")
 	}

@@ -97,8 +97,10 @@ func run(ctx context.Context, c *config, log *slog.Logger) error {
 		log.Warn("no route-delete events; lost routes come back at the next resync", "err", err)
 	}
 	go func() {
-		for ctx.Err() == nil && !ctrl.Synced() {
-			time.Sleep(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return
+		case <-ctrl.Ready():
 		}
 		v.watch(ctx, v4, func(st pf.BridgeStatus, msg string, changed bool) {
 			n, err := ctrl.Node(c.NodeName)

@@ -100,8 +100,10 @@ func run(ctx context.Context, c *config, log *slog.Logger) error {
 	go func() {
 		// Ready once the routes of the cluster are known: the node is set
 		// up and the informer has synced.
-		for ctx.Err() == nil && !ctrl.Synced() {
-			time.Sleep(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return
+		case <-ctrl.Ready():
 		}
 		if err := setNetworkCondition(ctx, client, c.NodeName, false, "VmlaneIsUp", "vmlane routes this node's pod subnet"); err != nil {
 			log.Error("setting NetworkUnavailable=False", "err", err)

@@ -137,17 +137,14 @@ func startDHCP(ctx context.Context, c *config, subnet netip.Prefix, mtu int, reg
 	if err != nil {
 		return nil, fmt.Errorf("DHCP server config: %w", err)
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- dhcp.Serve(ctx, c.Bridge, h, log) }()
-	select {
-	case err := <-errc:
-		if err != nil {
-			return nil, fmt.Errorf("DHCP server on %s: %w", c.Bridge, err)
-		}
-	case <-time.After(200 * time.Millisecond): // bound and serving
+	// Bound before this returns: a bind error stops vmlaned here, and
+	// readiness then means the server answers.
+	srv, err := dhcp.Listen(c.Bridge, h)
+	if err != nil {
+		return nil, fmt.Errorf("DHCP server on %s: %w", c.Bridge, err)
 	}
 	go func() {
-		if err := <-errc; err != nil && ctx.Err() == nil {
+		if err := srv.Serve(ctx, log); err != nil && ctx.Err() == nil {
 			dlog.Error("DHCP server stopped", "err", err)
 		}
 	}()
