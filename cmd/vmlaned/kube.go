@@ -39,6 +39,12 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("kubernetes client config (outside a pod, as on a Mac node, give --kubeconfig): %w", err)
 	}
 	cfg.UserAgent = "vmlaned/" + version
+	// Protobuf, as the kubelet and kube-proxy use for core types: the
+	// informer's list of every Node decodes several times faster than
+	// JSON, which matters at thousands of nodes (the whole list is in the
+	// path from start to the first route).
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 	return kubernetes.NewForConfig(cfg)
 }
 
