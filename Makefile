@@ -137,12 +137,13 @@ darwin:
 	@# files and the darwin side of every package must still compile.
 	@for p in $$(GOOS=darwin $(GO) list ./...); do GOOS=darwin $(GO) test -c -o /dev/null $$p || exit 1; done
 
-## bench: benchmark tables (lease store; CNI ADD/DEL against bridge+host-local; anti-spoofing table operations; 5,000-node route sync)
+## bench: benchmark tables (lease store; CNI ADD/DEL against bridge+host-local; DHCP against dnsmasq, quiet and with busy guests; anti-spoofing table operations; 5,000-node route sync)
 bench: deps build cni-reference controlplane
 	@mkdir -p $(CACHE)
 	set -o pipefail; $(GO) test -run '^$$' -bench . -benchtime 2s ./leases | tee $(CACHE)/bench-leases.txt | $(GO) run ./internal/benchtable
 	set -o pipefail; $(GO) run ./internal/cnibench -vmlane $(BIN)/vmlane -ref $(CNI_PLUGINS_DIR) | tee $(CACHE)/bench-cni.txt
 	set -o pipefail; $(GO) run ./internal/dhcpbench -vmlaned $(BIN)/vmlaned | tee $(CACHE)/bench-dhcp.txt
+	set -o pipefail; $(GO) run ./internal/dhcpbench -vmlaned $(BIN)/vmlaned -contention both | tee $(CACHE)/bench-dhcp-busy.txt
 	set -o pipefail; VMLANE_PRIVILEGED=require $(GO) test -run '^$$' -bench Table -benchtime 30x ./internal/antispoof | tee $(CACHE)/bench-antispoof.txt
 	set -o pipefail; VMLANE_PRIVILEGED=require VMLANE_BIN_DIR=$(BIN) \
 		VMLANE_CONTROLPLANE_DIR=$$(bash internal/controlplane/build.sh --print-dir $(CACHE)/controlplane) \

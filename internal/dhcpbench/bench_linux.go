@@ -99,6 +99,9 @@ func (b *bench) setup(ctx context.Context, nss *benchns.Run) error {
 		return err
 	}
 	b.gen, err = openLoadGen(b.load.Path, loadName)
+	if b.gen != nil {
+		b.gen.busy = b.cfg.busy
+	}
 	return err
 }
 
@@ -161,7 +164,9 @@ func (b *bench) measure(ctx context.Context) ([]result, error) {
 		}
 		out = append(out, res...)
 	}
-	if n := b.gen.stray.Load(); n > 0 {
+	// With a socket per exchange the shared one sees every reply, none
+	// of them its own.
+	if n := b.gen.stray.Load(); n > 0 && !b.cfg.busy.ownSocket {
 		fmt.Fprintf(b.log, "dhcpbench: %d replies came for no pending exchange (late replies to timed-out ones)\n", n)
 	}
 	return out, nil

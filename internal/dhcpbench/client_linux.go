@@ -32,6 +32,43 @@ type loadGen struct {
 	pending map[dhcpv4.TransactionID]chan []byte
 	stray   atomic.Int64 // replies to no pending xid
 	done    chan struct{}
+
+	// busy makes the clients behave like guests on a busy node (see
+	// contention); nsPath and ifname are where a client's own socket
+	// goes.
+	busy           contention
+	nsPath, ifname string
+}
+
+// contention is how much like real guests on a busy node the clients
+// behave, beyond one quiet shared socket.
+type contention struct {
+	// ownSocket: each exchange opens (and closes) a packet socket of its
+	// own, as each guest's DHCP client has one; every socket on the link
+	// then gets a copy of every reply.
+	ownSocket bool
+	// burn is CPU a client spends after each exchange, as a guest's
+	// stack configuring its address does, so the server competes with
+	// its clients for the cores.
+	burn time.Duration
+}
+
+func (c contention) String() string {
+	switch {
+	case c.ownSocket && c.burn > 0:
+		return fmt.Sprintf("busy guests (a packet socket of its own per exchange, then %v of CPU burnt)", c.burn)
+	case c.ownSocket:
+		return "a packet socket of its own per exchange"
+	case c.burn > 0:
+		return fmt.Sprintf("%v of CPU burnt after each exchange", c.burn)
+	}
+	return "one shared packet socket, idle between exchanges"
+}
+
+// spin burns d of this thread's CPU.
+func spin(d time.Duration) {
+	for end := time.Now().Add(d); time.Now().Before(end); {
+	}
 }
 
 // clientPortFilter is `udp dst port 68` as classic BPF (what tcpdump -dd
@@ -93,7 +130,7 @@ func openLoadGen(nsPath, ifname string) (*loadGen, error) {
 		return nil, err
 	}
 	g := &loadGen{
-		f: f, rc: rc,
+		f: f, rc: rc, nsPath: nsPath, ifname: ifname,
 		to:      unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_IP), Ifindex: ifindex},
 		pending: map[dhcpv4.TransactionID]chan []byte{},
 		done:    make(chan struct{}),
@@ -266,6 +303,25 @@ func await(ctx context.Context, ch <-chan []byte, want dhcpv4.MessageType, timeo
 	}
 }
 
+// busyExchange is exchange as g.busy says: on a socket of its own, then
+// burning CPU.
+func (g *loadGen) busyExchange(ctx context.Context, r reservation, timeout time.Duration) (time.Duration, error) {
+	on := g
+	if g.busy.ownSocket {
+		own, err := openLoadGen(g.nsPath, g.ifname)
+		if err != nil {
+			return 0, err
+		}
+		defer own.close()
+		on = own
+	}
+	d, _, err := on.exchange(ctx, r, timeout)
+	if g.busy.burn > 0 {
+		spin(g.busy.burn)
+	}
+	return d, err
+}
+
 // phase runs one exchange per reservation in rs with clients exchanges in
 // flight (each client starts the next as soon as its last ends). It
 // returns the latencies of those that completed, the count that timed out,
@@ -286,7 +342,7 @@ func (g *loadGen) phase(ctx context.Context, rs []reservation, clients int, time
 				if i >= len(rs) {
 					return
 				}
-				d, _, err := g.exchange(ctx, rs[i], timeout)
+				d, err := g.busyExchange(ctx, rs[i], timeout)
 				switch {
 				case errors.Is(err, errTimeout):
 					timedOut[i] = true

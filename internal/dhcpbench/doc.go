@@ -17,6 +17,13 @@
 //	-rounds R       turns the servers take within a level (default 4)
 //	-warmup W       uncounted exchanges per turn (default 32)
 //	-timeout D      how long each reply may take (default 2s)
+//	-contention C   clients like guests on a busy node: none (default),
+//	                socket (each exchange opens a packet socket of its
+//	                own, so every socket on the link gets a copy of every
+//	                reply), cpu (each client burns -burn of CPU after each
+//	                exchange, so the server competes with its clients for
+//	                the cores), both
+//	-burn D         CPU burnt per exchange with cpu or both (default 2ms)
 //
 // # Setup
 //

@@ -36,6 +36,7 @@ type config struct {
 	rounds  int
 	warmup  int
 	timeout time.Duration
+	busy    contention
 }
 
 // subnetBase is where the bench's subnet starts: a /22 by default, wider
@@ -53,11 +54,27 @@ func main() {
 	fs.IntVar(&cfg.rounds, "rounds", 4, "turns the servers take within each level")
 	fs.IntVar(&cfg.warmup, "warmup", 32, "uncounted exchanges per turn before timing")
 	fs.DurationVar(&cfg.timeout, "timeout", 2*time.Second, "how long each reply (OFFER, ACK) may take before the exchange counts as timed out")
+	var busy string
+	fs.StringVar(&busy, "contention", "none", "clients like guests on a busy node: none, socket (a socket per exchange), cpu (CPU burnt after each exchange), both")
+	fs.DurationVar(&cfg.busy.burn, "burn", 2*time.Millisecond, "with -contention cpu or both: CPU each client burns after each exchange")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
 	var err error
-	cfg.levels, err = parseLevels(levels)
+	switch busy {
+	case "none":
+		cfg.busy.burn = 0
+	case "socket":
+		cfg.busy = contention{ownSocket: true}
+	case "cpu":
+	case "both":
+		cfg.busy.ownSocket = true
+	default:
+		err = fmt.Errorf("-contention %q: want none, socket, cpu or both", busy)
+	}
+	if err == nil {
+		cfg.levels, err = parseLevels(levels)
+	}
 	if err != nil || cfg.vmlaned == "" || cfg.n < 1 || cfg.rounds < 1 || cfg.rounds > cfg.n || cfg.warmup < 0 || cfg.timeout <= 0 || fs.NArg() > 0 {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "dhcpbench:", err)
@@ -128,10 +145,10 @@ func run(ctx context.Context, cfg config, out, log io.Writer) (err error) {
 	fmt.Fprintf(out, "DHCP DORA exchanges: vmlaned against %s, both in this run on one machine "+
 		"(nproc %d, Linux %s), one server at a time on the same bridge; lease files on %s. "+
 		"%d CNI reservations in %s, served by both; per server and level %d timed exchanges, "+
-		"each a first bind of a MAC of its own, in %s taken in turn; a reply not in %s is a timeout.\n\n",
+		"each a first bind of a MAC of its own, in %s taken in turn; a reply not in %s is a timeout. Clients: %s.\n\n",
 		dnsmasqVersion,
 		runtime.NumCPU(), unix.ByteSliceToString(uts.Release[:]), fsType(tmp),
-		len(p.warm)+len(p.timed), p.subnet, cfg.n, plural(cfg.rounds, "round"), cfg.timeout)
+		len(p.warm)+len(p.timed), p.subnet, cfg.n, plural(cfg.rounds, "round"), cfg.timeout, cfg.busy)
 	return writeTable(out, rs, "vmlaned", "dnsmasq", cfg.timeout)
 }
 
