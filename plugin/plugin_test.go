@@ -1317,4 +1317,3 @@ func TestPluginAntiSpoof(t *testing.T) {
 		wantCode(t, err, types.ErrDecodingFailure, "antiSpoof")
 	})
 }
-

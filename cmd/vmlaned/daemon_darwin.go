@@ -24,6 +24,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/vmlane/vmlane/internal/command"
 	"github.com/vmlane/vmlane/internal/sysctl"
@@ -32,106 +34,95 @@ import (
 	"github.com/vmlane/vmlane/routes"
 )
 
-func run(ctx context.Context, c *config, log *slog.Logger) error {
-	reg, h, err := endpoints(ctx, c, log)
-	if err != nil {
-		return err
-	}
+// darwinNode is vmlaned on a macOS node: vmnet's configuration, routes in
+// the BSD table and the pf anchor.
+type darwinNode struct {
+	c   *config
+	log *slog.Logger
+	v   *vmnet
+}
+
+func newPlatform(c *config, log *slog.Logger) (platform, func(), error) {
 	version, err := pf.ProductVersion()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	mode, err := pf.ModeFor(version)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	log.Info("macOS node", "version", version, "vmnet", mode)
 	if c.DHCPRangeText != "" {
 		log.Warn("--dhcp-range is ignored on macOS: vmnet's own DHCP server serves the VMs")
 	}
-	v := &vmnet{c: c, mode: mode, log: log.With("component", "vmnet"), m: newVmnetMetrics(reg)}
+	return &darwinNode{c: c, log: log, v: &vmnet{c: c, mode: mode, log: log.With("component", "vmnet")}}, func() {}, nil
+}
 
-	if c.PodCIDR.IsValid() {
-		log.Info("standalone mode", "podCIDR", c.PodCIDR)
-		if err := v.configure(c.PodCIDR); err != nil {
-			return err
-		}
-		h.ready.Store(true)
-		v.watch(ctx, c.PodCIDR, nil)
-		return nil
-	}
+func (*darwinNode) ipv4Why() string { return "vmnet's shared network is IPv4" }
 
-	client, err := kubeClient(c.Kubeconfig)
-	if err != nil {
-		return err
+func (d *darwinNode) setup(_ context.Context, subnet netip.Prefix, reg prometheus.Registerer) (func(), error) {
+	if d.v.m == nil {
+		d.v.m = newVmnetMetrics(reg)
 	}
-	v4, err := waitForIPv4PodCIDR(ctx, client, c.NodeName, log, "vmnet's shared network is IPv4")
-	if err != nil {
-		return err
-	}
-	if err := v.configure(v4); err != nil {
-		return err
-	}
+	return func() {}, d.v.configure(subnet)
+}
 
-	recorder, stopEvents := eventRecorder(ctx, client, c.NodeName)
-	defer stopEvents()
+func (d *darwinNode) standalone(ctx context.Context, subnet netip.Prefix) {
+	d.v.watch(ctx, subnet, nil)
+}
 
+func (d *darwinNode) controller(_ context.Context, client kubernetes.Interface, recorder record.EventRecorder, reg prometheus.Registerer) (*routes.Controller, error) {
+	c := d.c
 	table, err := routes.NewBSDTable(routes.DefaultBSDStatePath, c.RouteProtocol)
 	if err != nil {
-		// Without the record vmlane cannot tell its routes from others':
-		// it leaves them all, and owns only what it adds from now on.
-		log.Warn("route state unreadable; routes vmlaned added before are left in place", "err", err)
+		d.log.Warn("route state unreadable; routes vmlaned added before are left in place", "err", err)
 	}
 	p, err := pf.New(c.PFAnchor, command.Exec{}, pf.DefaultStatePath)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if fresh, err := p.Enable(); err != nil {
-		return fmt.Errorf("enabling pf: %w", err)
+		return nil, fmt.Errorf("enabling pf: %w", err)
 	} else if fresh {
-		log.Info("pf enabled with a reference of vmlane's", "token", p.Token())
+		d.log.Info("pf enabled with a reference of vmlane's", "token", p.Token())
 	}
-	ctrl := routes.NewAnchorController(client, table, pfBackend{pf: p, sysctl: sysctl.Command{Run: command.Exec{}}}, recorder, routes.NewMetrics(reg), log.With("component", "routes"), routeOptions(c))
-	h.lastOK = ctrl.LastSuccess
-	if err := routes.WatchDeletes(c.RouteProtocol, ctx.Done(), ctrl.Trigger); err != nil {
-		log.Warn("no route-delete events; lost routes come back at the next resync", "err", err)
-	}
-	go func() {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ctrl.Ready():
+	nat := pfBackend{pf: p, sysctl: sysctl.Command{Run: command.Exec{}}}
+	return routes.NewAnchorController(client, table, nat, recorder, routes.NewMetrics(reg), d.log.With("component", "routes"), routeOptions(c)), nil
+}
+
+// up watches vmnet's bridge against the podCIDR for as long as ctx lasts:
+// the Node's NetworkUnavailable condition, an Event and readiness follow
+// what it finds.
+func (d *darwinNode) up(ctx context.Context, client kubernetes.Interface, ctrl *routes.Controller, recorder record.EventRecorder, subnet netip.Prefix, h *health) {
+	c, log := d.c, d.log
+	d.v.watch(ctx, subnet, func(st pf.BridgeStatus, msg string, changed bool) {
+		n, err := ctrl.Node(c.NodeName)
+		mismatch := st.State == pf.BridgeMismatch
+		if !changed {
+			// A Node deleted and registered again comes back without
+			// the condition: set it again (as on Linux; the informer's
+			// cache has it, so the check costs no request).
+			if err != nil || mismatch || routes.NetworkAvailable(n) {
+				return
+			}
+			log.Info("node lost its NetworkUnavailable=False condition; setting it again", "node", c.NodeName)
 		}
-		v.watch(ctx, v4, func(st pf.BridgeStatus, msg string, changed bool) {
-			n, err := ctrl.Node(c.NodeName)
-			mismatch := st.State == pf.BridgeMismatch
-			if !changed {
-				// A Node deleted and registered again comes back without
-				// the condition: set it again (as on Linux; the informer's
-				// cache has it, so the check costs no request).
-				if err != nil || mismatch || routes.NetworkAvailable(n) {
-					return
-				}
-				log.Info("node lost its NetworkUnavailable=False condition; setting it again", "node", c.NodeName)
-			}
-			if changed && err == nil && mismatch {
-				ref := &corev1.ObjectReference{Kind: "Node", Name: n.Name, UID: n.UID, APIVersion: "v1"}
-				recorder.Event(ref, corev1.EventTypeWarning, "VmnetSubnetMismatch", msg)
-			}
-			// A mismatch makes the node's network unavailable (the node
-			// lifecycle controller taints it): pods scheduled here would
-			// get addresses no other node routes to.
-			reason, condMsg := "VmlaneIsUp", "vmlane routes this node's pod subnet"
-			if mismatch {
-				reason, condMsg = "VmnetSubnetMismatch", msg
-			}
-			if err := setNetworkCondition(ctx, client, c.NodeName, mismatch, reason, condMsg); err != nil {
-				log.Error("setting the NetworkUnavailable condition", "err", err)
-			}
-			h.ready.Store(!mismatch)
-		})
-	}()
-	return ctrl.Run(ctx)
+		if changed && err == nil && mismatch {
+			ref := &corev1.ObjectReference{Kind: "Node", Name: n.Name, UID: n.UID, APIVersion: "v1"}
+			recorder.Event(ref, corev1.EventTypeWarning, "VmnetSubnetMismatch", msg)
+		}
+		// A mismatch makes the node's network unavailable (the node
+		// lifecycle controller taints it): pods scheduled here would
+		// get addresses no other node routes to.
+		reason, condMsg := "VmlaneIsUp", "vmlane routes this node's pod subnet"
+		if mismatch {
+			reason, condMsg = "VmnetSubnetMismatch", msg
+		}
+		if err := setNetworkCondition(ctx, client, c.NodeName, mismatch, reason, condMsg); err != nil {
+			log.Error("setting the NetworkUnavailable condition", "err", err)
+		}
+		h.ready.Store(!mismatch)
+	})
 }
 
 // vmnet is the node's vmnet configuration and the watch on its bridge.

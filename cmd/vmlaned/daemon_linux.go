@@ -8,8 +8,11 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/vmlane/vmlane/internal/bridge"
 	"github.com/vmlane/vmlane/internal/sysctl"
@@ -18,117 +21,95 @@ import (
 	"github.com/vmlane/vmlane/routes"
 )
 
-func run(ctx context.Context, c *config, log *slog.Logger) error {
-	// First, so a second vmlaned on this bridge says so, not that a port
-	// is taken.
+// linuxNode is vmlaned on a Linux node: the bridge, the conflists, the
+// DHCP server and anti-spoofing, and routes and iptables rules through
+// netlink and iptables.
+type linuxNode struct {
+	c   *config
+	log *slog.Logger
+}
+
+// newPlatform takes the bridge's lock first, so a second vmlaned on this
+// bridge says so, not that a port is taken.
+func newPlatform(c *config, log *slog.Logger) (platform, func(), error) {
 	lock, err := lockBridge(c.LeaseFile, c.Bridge)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer lock.Close()
-	reg, h, err := endpoints(ctx, c, log)
-	if err != nil {
-		return err
-	}
+	return &linuxNode{c: c, log: log}, func() { lock.Close() }, nil
+}
 
-	if c.PodCIDR.IsValid() {
-		log.Info("standalone mode", "podCIDR", c.PodCIDR)
-		mtu, err := setupNode(c, c.PodCIDR, log)
-		if err != nil {
-			return err
-		}
-		flush, err := startDHCP(ctx, c, c.PodCIDR, mtu, reg, log)
-		if err != nil {
-			return err
-		}
-		defer flush()
-		go runAntiSpoof(ctx, c.LeaseFile, c.AntiSpoofPeriod, newAntiSpoofMetrics(reg), log)
-		h.ready.Store(true)
-		newConflistWatch(c).run(ctx, c.Resync, log, func(string) {})
-		return nil
-	}
+func (*linuxNode) ipv4Why() string { return "VM pods get their address by DHCPv4" }
 
-	client, err := kubeClient(c.Kubeconfig)
-	if err != nil {
-		return err
-	}
-	v4, err := waitForIPv4PodCIDR(ctx, client, c.NodeName, log, "VM pods get their address by DHCPv4")
-	if err != nil {
-		return err
-	}
-	if c.DHCPRangeText != "" {
-		p, err := leases.ParsePool(c.DHCPRangeText, v4)
+func (l *linuxNode) setup(ctx context.Context, subnet netip.Prefix, reg prometheus.Registerer) (func(), error) {
+	c := l.c
+	if c.DHCPRangeText != "" && c.DHCPRange == nil {
+		p, err := leases.ParsePool(c.DHCPRangeText, subnet)
 		if err != nil {
-			return fmt.Errorf("invalid --dhcp-range for node podCIDR %s: %w", v4, err)
+			return nil, fmt.Errorf("invalid --dhcp-range for node podCIDR %s: %w", subnet, err)
 		}
 		c.DHCPRange = &p
 	}
-	mtu, err := setupNode(c, v4, log)
+	mtu, err := setupNode(c, subnet, l.log)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	flush, err := startDHCP(ctx, c, v4, mtu, reg, log)
+	flush, err := startDHCP(ctx, c, subnet, mtu, reg, l.log)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer flush()
-	go runAntiSpoof(ctx, c.LeaseFile, c.AntiSpoofPeriod, newAntiSpoofMetrics(reg), log)
+	go runAntiSpoof(ctx, c.LeaseFile, c.AntiSpoofPeriod, newAntiSpoofMetrics(reg), l.log)
+	return flush, nil
+}
 
-	recorder, stopEvents := eventRecorder(ctx, client, c.NodeName)
-	defer stopEvents()
+func (l *linuxNode) standalone(ctx context.Context, _ netip.Prefix) {
+	newConflistWatch(l.c).run(ctx, l.c.Resync, l.log, func(string) {})
+}
+
+func (l *linuxNode) controller(ctx context.Context, client kubernetes.Interface, recorder record.EventRecorder, reg prometheus.Registerer) (*routes.Controller, error) {
+	c := l.c
 	// On the Node, as the kubelet records its events (UID = the name).
-	go newConflistWatch(c).run(ctx, c.Resync, log, func(msg string) {
+	go newConflistWatch(c).run(ctx, c.Resync, l.log, func(msg string) {
 		recorder.Event(&corev1.ObjectReference{Kind: "Node", Name: c.NodeName, UID: types.UID(c.NodeName), APIVersion: "v1"},
 			corev1.EventTypeWarning, "CNIConfigShadowed", msg)
 	})
-
 	ipt4, err := routes.NewIPTables(false)
 	if err != nil {
 		// Most often an image without the iptables package.
-		return fmt.Errorf("iptables: %w (vmlaned runs the iptables command: the image needs Debian's iptables package, as manifests/image/packages lists)", err)
+		return nil, fmt.Errorf("iptables: %w (vmlaned runs the iptables command: the image needs Debian's iptables package, as manifests/image/packages lists)", err)
 	}
 	ipt6, err := routes.NewIPTables(true)
 	if err != nil {
-		log.Warn("ip6tables unusable; IPv6 pod traffic gets no vmlane rules", "err", err)
+		l.log.Warn("ip6tables unusable; IPv6 pod traffic gets no vmlane rules", "err", err)
 		ipt6 = nil
 	}
-	ctrl := routes.NewController(client, routes.NewKernelTable(), ipt4, ipt6, recorder, routes.NewMetrics(reg), log.With("component", "routes"), routeOptions(c))
-	h.lastOK = ctrl.LastSuccess
-	if err := routes.WatchDeletes(c.RouteProtocol, ctx.Done(), ctrl.Trigger); err != nil {
-		log.Warn("no route-delete events; lost routes come back at the next resync", "err", err)
+	return routes.NewController(client, routes.NewKernelTable(), ipt4, ipt6, recorder, routes.NewMetrics(reg), l.log.With("component", "routes"), routeOptions(c)), nil
+}
+
+func (l *linuxNode) up(ctx context.Context, client kubernetes.Interface, ctrl *routes.Controller, _ record.EventRecorder, _ netip.Prefix, h *health) {
+	c, log := l.c, l.log
+	if err := setNetworkCondition(ctx, client, c.NodeName, false, "VmlaneIsUp", "vmlane routes this node's pod subnet"); err != nil {
+		log.Error("setting NetworkUnavailable=False", "err", err)
 	}
-	go func() {
-		// Ready once the routes of the cluster are known: the node is set
-		// up and the informer has synced.
+	h.ready.Store(true)
+	// A Node deleted and registered again comes back without the
+	// condition (or with a cloud controller's True): set it again. The
+	// informer's cache has it, so the check costs no request.
+	t := time.NewTicker(c.Resync)
+	defer t.Stop()
+	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-ctrl.Ready():
+		case <-t.C:
 		}
-		if err := setNetworkCondition(ctx, client, c.NodeName, false, "VmlaneIsUp", "vmlane routes this node's pod subnet"); err != nil {
-			log.Error("setting NetworkUnavailable=False", "err", err)
-		}
-		h.ready.Store(true)
-		// A Node deleted and registered again comes back without the
-		// condition (or with a cloud controller's True): set it again.
-		// The informer's cache has it, so the check costs no request.
-		t := time.NewTicker(c.Resync)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			if n, err := ctrl.Node(c.NodeName); err == nil && !routes.NetworkAvailable(n) {
-				log.Info("node lost its NetworkUnavailable=False condition; setting it again", "node", c.NodeName)
-				if err := setNetworkCondition(ctx, client, c.NodeName, false, "VmlaneIsUp", "vmlane routes this node's pod subnet"); err != nil {
-					log.Error("setting NetworkUnavailable=False", "err", err)
-				}
+		if n, err := ctrl.Node(c.NodeName); err == nil && !routes.NetworkAvailable(n) {
+			log.Info("node lost its NetworkUnavailable=False condition; setting it again", "node", c.NodeName)
+			if err := setNetworkCondition(ctx, client, c.NodeName, false, "VmlaneIsUp", "vmlane routes this node's pod subnet"); err != nil {
+				log.Error("setting NetworkUnavailable=False", "err", err)
 			}
 		}
-	}()
-	return ctrl.Run(ctx)
+	}
 }
 
 // setupNode makes the bridge with the gateway and writes the conflists. It
