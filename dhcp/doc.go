@@ -46,9 +46,10 @@
 // # Durability
 //
 // Every lease change is a leases.Store.Update, written and fsynced under
-// the lease file lock before Handle returns the reply that announces it: a
-// dynamic offer is on disk before its OFFER leaves, a dynamic binding
-// before its ACK. When the store fails Handle returns the error and no
+// the lease file lock, and all but one are on disk before Handle returns
+// the reply that announces them: a dynamic offer before its OFFER leaves,
+// a dynamic binding before its ACK. The exception, the bind of a CNI
+// reservation once the allocator is deferred, is below. When the store fails Handle returns the error and no
 // reply; the client retransmits. Binds that arrive together share one
 // transaction (group commit, no timer: a lone bind commits at once), so a
 // burst of guests costs one fsync per batch, not per guest. A CNI

@@ -107,7 +107,8 @@ func defaultHostname(l leases.Lease) string {
 // Handle answers one request. A nil reply with a nil error means drop; an
 // error means the store failed and no reply may be sent (the client will
 // retransmit). Every change a reply announces is durable before Handle
-// returns it.
+// returns it, but the bind of a CNI reservation when the allocator defers
+// it (StoreAllocator.Defer): that is written within LateBindDelay.
 func (h *Handler) Handle(req *dhcpv4.DHCPv4) (reply *dhcpv4.DHCPv4, err error) {
 	start := h.now()
 	if req == nil {

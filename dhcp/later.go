@@ -24,7 +24,7 @@ const LateBindDelay = 100 * time.Millisecond
 // so the address is the MAC's whatever happens to the server: what a
 // deferred bind adds is the state "bound" and the lease's expiry, and a
 // crash that loses the last LateBindDelay of those loses nothing a client
-// or another pod depends on (the "may be batched"). Dynamic
+// or another pod depends on, and the guest's renewal writes it again. Dynamic
 // allocations never come here: theirs is the only record of the address.
 type lateBinds struct {
 	g     *groupCommit
