@@ -409,51 +409,39 @@ func anys(s []string) []any {
 }
 
 // Check verifies the model as netlinkDataplane.Check verifies the kernel.
-func (f *fakeDataplane) Check(netns string, want Attached, addr netip.Prefix) error {
+func (f *fakeDataplane) Observe(netns string, want Attached) (Observed, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if before, _ := f.enterLocked("Check", netns, want.HostVeth.Name, addr); before != nil {
-		return before
+	if before, _ := f.enterLocked("Observe", netns, want.HostVeth.Name); before != nil {
+		return Observed{}, before
 	}
-	if br := f.links[fakeLinkKey{"", want.Bridge.Name}]; br == nil || br.kind != "bridge" {
-		return fmt.Errorf("bridge %s: Link not found", want.Bridge.Name)
+	if br := f.links[fakeLinkKey{"", want.Bridge.Name}]; br == nil {
+		return Observed{}, fmt.Errorf("bridge %s: Link not found", want.Bridge.Name)
 	}
-	var errs []error
-	switch h := f.links[fakeLinkKey{"", want.HostVeth.Name}]; {
-	case h == nil:
-		errs = append(errs, fmt.Errorf("host veth %s: Link not found", want.HostVeth.Name))
-	case h.master != want.Bridge.Name:
-		errs = append(errs, fmt.Errorf("host veth %s is not on bridge %s", want.HostVeth.Name, want.Bridge.Name))
-	case !h.up:
-		errs = append(errs, fmt.Errorf("host veth %s is down", want.HostVeth.Name))
+	o := Observed{HostVeth: f.stateLocked("", want.HostVeth.Name)}
+	if !f.netns[netns] {
+		o.PodErr = fmt.Errorf("failed to Statfs %q: no such file or directory", netns)
+		return o, nil
 	}
-	pod := f.links[fakeLinkKey{netns, want.PodVeth.Name}]
-	if pod == nil {
-		return errors.Join(append(errs, fmt.Errorf("pod veth %s: Link not found", want.PodVeth.Name))...)
+	o.PodVeth = f.stateLocked(netns, want.PodVeth.Name)
+	if want.Tap != nil {
+		o.Tap = f.stateLocked(netns, want.Tap.Name)
 	}
-	if pod.kind != "veth" {
-		errs = append(errs, fmt.Errorf("%s is a %s, not a veth", want.PodVeth.Name, pod.kind))
+	return o, nil
+}
+
+// stateLocked reports a link as Observe does; nil when there is none.
+// The caller holds f.mu.
+func (f *fakeDataplane) stateLocked(netns, name string) *LinkState {
+	l := f.links[fakeLinkKey{netns, name}]
+	if l == nil {
+		return nil
 	}
-	if want.Tap == nil {
-		if !slices.Contains(pod.addrs, addr) {
-			errs = append(errs, fmt.Errorf("%s does not have address %s", want.PodVeth.Name, addr))
-		}
-		return errors.Join(errs...)
+	s := &LinkState{Name: name, Kind: l.kind, Master: l.master, Up: l.up, Addrs: slices.Clone(l.addrs)}
+	if l.redirect != "" {
+		s.Redirects = []string{l.redirect}
 	}
-	tap := f.links[fakeLinkKey{netns, want.Tap.Name}]
-	if tap == nil {
-		return errors.Join(append(errs, fmt.Errorf("TAP %s: Link not found", want.Tap.Name))...)
-	}
-	if tap.kind != "tuntap" {
-		errs = append(errs, fmt.Errorf("%s is a %s, not a TAP", want.Tap.Name, tap.kind))
-	}
-	if tap.redirect != want.PodVeth.Name {
-		errs = append(errs, fmt.Errorf("no redirect from %s to %s", want.Tap.Name, want.PodVeth.Name))
-	}
-	if pod.redirect != want.Tap.Name {
-		errs = append(errs, fmt.Errorf("no redirect from %s to %s", want.PodVeth.Name, want.Tap.Name))
-	}
-	return errors.Join(errs...)
+	return s
 }
 
 func (f *fakeDataplane) BridgeStatus(name string) error {

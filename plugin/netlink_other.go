@@ -35,8 +35,8 @@ func (unsupported) SetupTap(string, string, string, int, bool) (Link, error) {
 }
 func (unsupported) DeleteHostLink(string) error              { return errUnsupported }
 func (unsupported) DeleteNetnsLinks(string, ...string) error { return errUnsupported }
-func (unsupported) Check(string, Attached, netip.Prefix) error {
-	return errUnsupported
+func (unsupported) Observe(string, Attached) (Observed, error) {
+	return Observed{}, errUnsupported
 }
 func (unsupported) Guard(antispoof.Port) error         { return errUnsupported }
 func (unsupported) Unguard(...string) error            { return errUnsupported }

@@ -54,8 +54,10 @@ type dataplane interface {
 	DeleteHostLink(name string) error
 	// DeleteNetnsLinks deletes links inside netns.
 	DeleteNetnsLinks(netns string, names ...string) error
-	// Check verifies what ADD built for an attachment.
-	Check(netns string, want Attached, addr netip.Prefix) error
+	// Observe reports the links of an attachment (want names them) as
+	// they are; compareAttachment judges them. An error means the bridge
+	// itself could not be read.
+	Observe(netns string, want Attached) (Observed, error)
 	// BridgeStatus returns an error unless the bridge exists and is up.
 	BridgeStatus(name string) error
 	// Guard makes p the only identity its port may send as; it works
@@ -403,7 +405,11 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 				return err
 			}
 		}
-		return p.dp.Check(args.Netns, want, addr)
+		o, err := p.dp.Observe(args.Netns, want)
+		if err != nil {
+			return err
+		}
+		return compareAttachment(o, want, addr)
 	})
 }
 
