@@ -139,7 +139,12 @@ func (s *Store) Update(fn func(tx *Tx) error) error {
 	if err != nil {
 		return err
 	}
-	defer lk.unlock()
+	locked := true
+	defer func() {
+		if locked {
+			lk.unlock()
+		}
+	}()
 	f, err := s.loadLocked()
 	if err != nil {
 		return err
@@ -151,7 +156,19 @@ func (s *Store) Update(fn func(tx *Tx) error) error {
 	if !tx.changed {
 		return nil
 	}
-	return s.writeLocked(f)
+	if err := s.replaceLocked(f); err != nil {
+		return err
+	}
+	// The lock goes before the folder's fsync, so the next writer's
+	// write overlaps this journal commit instead of queueing behind it
+	// (see atomicfile.Replace); Update still returns only once the
+	// change is durable.
+	locked = false
+	lk.unlock()
+	if err := atomicfile.SyncDir(filepath.Dir(s.path)); err != nil {
+		return fmt.Errorf("writing lease file: %w", err)
+	}
+	return nil
 }
 
 // View runs fn on the current file under the lock, without writing.
@@ -198,15 +215,28 @@ func (s *Store) loadLocked() (*File, error) {
 	return f, nil
 }
 
-// writeLocked writes f, which it takes over: the cache keeps it as the
-// decode of what was written. The caller holds the file lock.
+// writeLocked writes f durably, which it takes over: the cache keeps it as
+// the decode of what was written. The caller holds the file lock.
 func (s *Store) writeLocked(f *File) error {
+	if err := s.replaceLocked(f); err != nil {
+		return err
+	}
+	if err := atomicfile.SyncDir(filepath.Dir(s.path)); err != nil {
+		return fmt.Errorf("writing lease file: %w", err)
+	}
+	return nil
+}
+
+// replaceLocked is writeLocked up to the folder's fsync (see
+// atomicfile.Replace): the caller runs SyncDir before it reports the
+// write. The caller holds the file lock.
+func (s *Store) replaceLocked(f *File) error {
 	data, err := f.Encode()
 	if err != nil {
 		s.cache.clear()
 		return fmt.Errorf("encoding lease file: %w", err)
 	}
-	if err := atomicfile.WriteFile(s.path, data, 0o644); err != nil {
+	if err := atomicfile.Replace(s.path, data, 0o644); err != nil {
 		// The file holds the old bytes or, if only the folder's fsync
 		// failed, the new ones: either way the next read decodes it.
 		s.cache.clear()

@@ -19,7 +19,29 @@ import (
 // the folder fsynced (so the rename itself survives a power cut). The
 // folder must exist. On error the temp file is removed and path is as it
 // was.
-func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
+func WriteFile(path string, data []byte, perm os.FileMode) error {
+	if err := Replace(path, data, perm); err != nil {
+		return err
+	}
+	return SyncDir(folder(path))
+}
+
+// folder is the folder path is in, "." for a bare name.
+func folder(path string) string {
+	if dir, _ := filepath.Split(path); dir != "" {
+		return dir
+	}
+	return "."
+}
+
+// Replace is WriteFile but for the folder's fsync: path holds data, and
+// the data is durable, but the rename becomes durable only with the
+// folder's SyncDir, which the caller must run before it reports the
+// write done. A writer that serializes others behind a lock (the lease
+// store) releases the lock between the two, so the next writer's write
+// overlaps this one's journal commit; the next writer read this version,
+// so whatever it makes durable includes it.
+func Replace(path string, data []byte, perm os.FileMode) (err error) {
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."
@@ -49,7 +71,7 @@ func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("renaming %s to %s: %w", tmp.Name(), path, err)
 	}
-	return SyncDir(dir)
+	return nil
 }
 
 // ignoreClosed drops the error of closing a file already closed.
