@@ -5,7 +5,9 @@
 // It has two audiences. Writers (the CNI plugin, the DHCP server, vmlanectl)
 // use a [Store], which serializes every change on an exclusive flock of
 // "<file>.lock" and replaces the file atomically: write a temp file in the
-// same folder, fsync it, rename it over the old one, fsync the folder. VM
+// same folder, fsync it, rename it over the old one, and (after letting the
+// lock go, so the next writer's write overlaps it) fsync the folder before
+// the change is reported done. VM
 // runtimes use [Read], [Wait] and the [Snapshot] lookups; readers never lock,
 // because a rename is atomic and a reader therefore sees either the old file
 // or the new one, never a mix.
