@@ -16,7 +16,10 @@ import (
 // socket kept open: the package-level calls open one per call, which costs
 // a third of a 5,000-route sync). Dumps go through netlinksafe, which
 // retries netlink.ErrDumpInterrupted.
-type netlinkTable struct{ h netlinksafe.Handle }
+type netlinkTable struct {
+	h     netlinksafe.Handle
+	batch *routeBatch // nil: replaces go one by one
+}
 
 // NewKernelTable returns the main routing table of the netns the calling
 // thread is in now: the handle's socket stays in that netns whichever
@@ -28,7 +31,11 @@ func NewKernelTable() routeTable {
 		// package-level functions do.
 		return netlinkTable{h: netlinksafe.Handle{Handle: &netlink.Handle{}}}
 	}
-	return netlinkTable{h: h}
+	b, err := newRouteBatch()
+	if err != nil {
+		b = nil
+	}
+	return netlinkTable{h: h, batch: b}
 }
 
 func toPrefix(n *net.IPNet) netip.Prefix {
@@ -88,6 +95,14 @@ func (t netlinkTable) Replace(dst netip.Prefix, via netip.Addr, proto int) error
 		Protocol: netlink.RouteProtocol(proto),
 		Table:    unix.RT_TABLE_MAIN,
 	})
+}
+
+// ReplaceAll is Replace of every route of rs, pipelined (routeBatch).
+func (t netlinkTable) ReplaceAll(rs []Route, proto int) []error {
+	if t.batch == nil {
+		return replaceEach(t, rs, proto)
+	}
+	return t.batch.replaceAll(rs, proto)
 }
 
 func (t netlinkTable) Delete(r KernelRoute) error {

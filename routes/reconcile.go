@@ -93,6 +93,7 @@ func Reconcile(t routeTable, want []Route, proto int) (Outcome, error) {
 	}
 	var errs []error
 	wanted := map[netip.Prefix]bool{}
+	var replace []Route
 	for _, r := range want {
 		if f, ok := foreign[r.Dst]; ok {
 			out.Foreign = append(out.Foreign, f)
@@ -102,11 +103,15 @@ func Reconcile(t routeTable, want []Route, proto int) (Outcome, error) {
 			wanted[r.Dst] = true
 			continue
 		}
-		// The kernel refuses a gateway that is not on a connected subnet,
-		// so a route is looked up (ip route get) only when Replace fails:
-		// a full sync of 5,000 routes then costs 5,000 netlink calls, not
-		// 10,000.
-		if err := t.Replace(r.Dst, r.Via, proto); err != nil {
+		replace = append(replace, r)
+	}
+	// The kernel refuses a gateway that is not on a connected subnet, so
+	// a route is looked up (ip route get) only when its replace fails: a
+	// full sync of 5,000 routes then costs 5,000 route requests, not
+	// 10,000, and the kernel table sends them pipelined (batchReplacer).
+	for i, err := range replaceAll(t, replace, proto) {
+		r := replace[i]
+		if err != nil {
 			// Unreachable: the route to the next hop has a gateway, or
 			// there is no route to it at all (a node with no default
 			// route). Either is the cluster's layout, not a failure of
@@ -141,6 +146,30 @@ func Reconcile(t routeTable, want []Route, proto int) (Outcome, error) {
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// batchReplacer is a routeTable that replaces many routes at once (the
+// kernel table pipelines its netlink requests); errs[i] is rs[i]'s.
+type batchReplacer interface {
+	ReplaceAll(rs []Route, proto int) (errs []error)
+}
+
+// replaceAll replaces rs through t's batch when it has one, else one by
+// one, and returns each route's error.
+func replaceAll(t routeTable, rs []Route, proto int) []error {
+	if b, ok := t.(batchReplacer); ok {
+		return b.ReplaceAll(rs, proto)
+	}
+	return replaceEach(t, rs, proto)
+}
+
+// replaceEach replaces rs one by one.
+func replaceEach(t routeTable, rs []Route, proto int) []error {
+	errs := make([]error, len(rs))
+	for i, r := range rs {
+		errs[i] = t.Replace(r.Dst, r.Via, proto)
+	}
+	return errs
 }
 
 func sortedRoutes(m map[netip.Prefix]KernelRoute) []KernelRoute {
