@@ -192,8 +192,9 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		}
 		// The port's identity goes in before the port joins the bridge,
 		// so none of its frames passes unchecked.
-		// The undo is registered first: Guard can fail after writing.
 		if c.Guard {
+			// The undo is registered before Guard, which can fail after
+			// writing.
 			defer func() {
 				if !success {
 					if uerr := p.dp.Unguard(hostIf); uerr != nil {
