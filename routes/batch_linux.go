@@ -10,6 +10,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// ackTimeout (seconds) bounds the wait for a batch's acks.
+const ackTimeout = 10
+
 // batchSize is how many route replaces go to the kernel in one sendmsg.
 // Their acks (36 bytes each) come back in one read or a few.
 const batchSize = 256
@@ -32,8 +35,14 @@ func newRouteBatch() (*routeBatch, error) {
 		unix.Close(fd)
 		return nil, err
 	}
-	// Room for the acks of a batch whatever the default buffer size.
+	// Room for the acks of a batch whatever the default buffer size, and
+	// a bound on the wait for them: the kernel acks every request, but a
+	// reconcile must not hang on one it lost.
 	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 1<<20)
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: ackTimeout}); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
 	return &routeBatch{fd: fd}, nil
 }
 
@@ -83,6 +92,9 @@ func (b *routeBatch) round(rs []Route, proto int, errs []error) error {
 		if err != nil {
 			if errors.Is(err, unix.EINTR) {
 				continue
+			}
+			if errors.Is(err, unix.EAGAIN) {
+				return fmt.Errorf("%d of %d route requests unanswered after %ds", left, len(rs), ackTimeout)
 			}
 			return fmt.Errorf("reading route acks: %w", err)
 		}
