@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -98,9 +99,15 @@ func (b *bench) setup(ctx context.Context, nss *benchns.Run) error {
 	if err := b.srv.IP(ctx, "link", "set", portName, "master", bridgeName); err != nil {
 		return err
 	}
-	b.gen, err = openLoadGen(b.load.Path, loadName)
-	if b.gen != nil {
-		b.gen.busy = b.cfg.busy
+	if b.gen, err = openLoadGen(b.load.Path, loadName); err != nil {
+		return err
+	}
+	b.gen.busy = b.cfg.busy
+	if b.cfg.busy.ownSocket {
+		runtime.GOMAXPROCS(clientProcs(slices.Max(b.cfg.levels)))
+	}
+	if b.cfg.busy.burn > 0 {
+		b.gen.vcpus, err = startVCPUs(slices.Max(b.cfg.levels))
 	}
 	return err
 }
@@ -118,7 +125,7 @@ func (b *bench) stopServer() error {
 func (b *bench) close() error {
 	err := b.stopServer()
 	if b.gen != nil {
-		err = errors.Join(err, b.gen.close())
+		err = errors.Join(err, b.gen.close(), closeVCPUs(b.gen.vcpus))
 	}
 	return err
 }

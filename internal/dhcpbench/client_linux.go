@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -35,9 +36,11 @@ type loadGen struct {
 
 	// busy makes the clients behave like guests on a busy node (see
 	// contention); nsPath and ifname are where a client's own socket
-	// goes.
+	// goes; vcpus are the clients' CPUs, one per client in flight, when
+	// they burn any.
 	busy           contention
 	nsPath, ifname string
+	vcpus          []*vcpu
 }
 
 // contention is how much like real guests on a busy node the clients
@@ -48,8 +51,8 @@ type contention struct {
 	// then gets a copy of every reply.
 	ownSocket bool
 	// burn is CPU a client spends after each exchange, as a guest's
-	// stack configuring its address does, so the server competes with
-	// its clients for the cores.
+	// stack configuring its address does, on a CPU of its own (vcpu), so
+	// the server competes with its clients for the cores.
 	burn time.Duration
 }
 
@@ -64,6 +67,20 @@ func (c contention) String() string {
 	}
 	return "one shared packet socket, idle between exchanges"
 }
+
+// clientProcs is the load generator's GOMAXPROCS when each exchange has
+// a socket of its own: a P for every client in flight on top of the
+// cores. Closing a packet socket waits in the kernel for an RCU grace
+// period (synchronize_net in packet_release), milliseconds in ticks of
+// the kernel's clock, and the goroutine's thread keeps its P meanwhile
+// until sysmon takes it back, which it does late or not at all while
+// another P is idle. With as many Ps as cores, clients closing their
+// sockets left no thread polling for replies: replies sat 16 to 35 ms
+// (p90 to p99, by kernel timestamps) in their sockets before the client
+// read them, and the faster a server answered, the more clients were
+// closing at once. That was the load generator's tail, not the server's:
+// a guest closes its socket in a kernel of its own.
+func clientProcs(clients int) int { return runtime.NumCPU() + clients }
 
 // spin burns d of this thread's CPU.
 func spin(d time.Duration) {
@@ -100,7 +117,13 @@ func openLoadGen(nsPath, ifname string) (*loadGen, error) {
 			return err
 		}
 		ifindex = ifi.Index
-		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_IP)))
+		// Protocol 0: the socket takes no frames until the bind below
+		// names the protocol and the link. Opened with ETH_P_IP it
+		// would take every IPv4 frame of every link at once, and the
+		// bind would have to take that back, which waits for an RCU
+		// grace period (synchronize_net): one more wait of milliseconds
+		// per exchange with a socket of its own (see clientProcs).
+		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 		return err
 	})
 	if err != nil {
@@ -304,8 +327,8 @@ func await(ctx context.Context, ch <-chan []byte, want dhcpv4.MessageType, timeo
 }
 
 // busyExchange is exchange as g.busy says: on a socket of its own, then
-// burning CPU.
-func (g *loadGen) busyExchange(ctx context.Context, r reservation, timeout time.Duration) (time.Duration, error) {
+// burning CPU on the client's vcpu.
+func (g *loadGen) busyExchange(ctx context.Context, client int, r reservation, timeout time.Duration) (time.Duration, error) {
 	on := g
 	if g.busy.ownSocket {
 		own, err := openLoadGen(g.nsPath, g.ifname)
@@ -316,8 +339,11 @@ func (g *loadGen) busyExchange(ctx context.Context, r reservation, timeout time.
 		on = own
 	}
 	d, _, err := on.exchange(ctx, r, timeout)
-	if g.busy.burn > 0 {
-		spin(g.busy.burn)
+	if err == nil && g.busy.burn > 0 {
+		if client >= len(g.vcpus) {
+			return 0, fmt.Errorf("client %d has no CPU of its own (%d started)", client, len(g.vcpus))
+		}
+		err = g.vcpus[client].burn(g.busy.burn)
 	}
 	return d, err
 }
@@ -335,14 +361,14 @@ func (g *loadGen) phase(ctx context.Context, rs []reservation, clients int, time
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	start := time.Now()
-	for range min(clients, len(rs)) {
+	for c := range min(clients, len(rs)) {
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				i := int(next.Add(1)) - 1
 				if i >= len(rs) {
 					return
 				}
-				d, err := g.busyExchange(ctx, rs[i], timeout)
+				d, err := g.busyExchange(ctx, c, rs[i], timeout)
 				switch {
 				case errors.Is(err, errTimeout):
 					timedOut[i] = true

@@ -21,8 +21,9 @@
 //	                socket (each exchange opens a packet socket of its
 //	                own, so every socket on the link gets a copy of every
 //	                reply), cpu (each client burns -burn of CPU after each
-//	                exchange, so the server competes with its clients for
-//	                the cores), both
+//	                exchange in a process of its own, as a guest does on
+//	                its own vCPU, so the server competes with its clients
+//	                for the cores), both
 //	-burn D         CPU burnt per exchange with cpu or both (default 2ms)
 //
 // # Setup
@@ -64,6 +65,18 @@
 // slower than any completed exchange in the percentiles (a percentile that
 // falls on one prints as "> timeout"). A NAK, or an address other than the
 // MAC's reservation, stops the run: the comparison would be meaningless.
+//
+// Busy guests (-contention) stand for VMs, each with a kernel and vCPUs
+// of its own, so what one client does must not hold up another's replies
+// inside the load generator, where no real node would. A client burns its
+// CPU in a process of its own (dhcpbench started again), which the kernel
+// schedules against the server's threads as it would a vCPU thread; on a
+// goroutine it held one of the load generator's few Ps while the replies
+// of other clients waited behind it. With a socket per exchange the load
+// generator runs with a P per client on top of the cores: closing a
+// packet socket waits for an RCU grace period in the kernel, and clients
+// doing so held every P, leaving replies unread in their sockets for tens
+// of milliseconds (see clientProcs).
 //
 // # Method
 //

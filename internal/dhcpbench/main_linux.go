@@ -44,6 +44,10 @@ type config struct {
 var subnetBase = netip.MustParseAddr("10.252.0.0")
 
 func main() {
+	if os.Getenv(vcpuEnv) != "" {
+		runVCPU()
+		return
+	}
 	var cfg config
 	var levels string
 	fs := flag.NewFlagSet("dhcpbench", flag.ContinueOnError)
