@@ -19,10 +19,13 @@ const (
 	OfferHold = time.Minute
 )
 
-// Allocator is what the handler needs from the lease store. Every method
-// that changes a lease returns only once the change is durable: the handler
+// Allocator is what the handler needs from the lease store. A method
+// that changes a lease returns once the change is durable, and the handler
 // replies after it returns, so an ACK never names an address the store
-// could lose. [StoreAllocator] adapts a *leases.Store.
+// could lose. An allocator may acknowledge a bind before writing it only
+// where the address is already the MAC's on disk and the write adds only
+// the binding (StoreAllocator.Defer, for CNI reservations).
+// [StoreAllocator] adapts a *leases.Store.
 type Allocator interface {
 	// Lookup returns the live (not declined) lease of mac. When mac has
 	// none but a quarantined (declined) one, it may return that with ok

@@ -17,8 +17,10 @@ import (
 
 // StoreAllocator serves leases from a lease file: the CNI plugin's
 // reservations and, with a dynamic range, the server's own allocations.
-// Every change is a [leases.Store.Update], so it is fsynced before the
-// method returns and before the handler replies.
+// Every change is a [leases.Store.Update], fsynced before the method
+// returns and so before the handler replies, but a CNI reservation's bind
+// once [StoreAllocator.Defer] is on: that is written within
+// [LateBindDelay] after its ACK.
 type StoreAllocator struct {
 	Store *leases.Store
 	// cache, when set (NewStoreAllocator), serves Lookup without the

@@ -46,8 +46,10 @@
 // list, MTU, a one-hour lease with T1 and T2, and the pod's name as the
 // hostname; the clients ask for all of them (dnsmasq sends only what is
 // asked for), and the log shows both ACKs' option codes and sizes. Both
-// lease files live in one temp folder, on the same file system; both
-// servers fsync their lease file before they ACK.
+// lease files live in one temp folder, on the same file system. dnsmasq
+// fsyncs its lease file before each ACK; vmlaned, as it runs on a node,
+// ACKs a CNI reservation's bind at once and writes it within
+// dhcp.LateBindDelay, batched (the reservation itself was on disk first).
 //
 // # Clients
 //
