@@ -102,8 +102,11 @@ lint:
 	@# leases must stay importable by VM runtimes without our other deps:
 	@# what it imports, all the way down, is the standard library and our
 	@# small internal packages (which, being in that list, obey it too).
-	@deps=$$($(GO) list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' ./leases | grep -Ev '^github.com/vmlane/vmlane/(leases|internal/[a-z0-9]+)$$' || true); \
-	if [ -n "$$deps" ]; then echo "leases imports, directly or not, packages outside the standard library: $$deps"; exit 1; fi
+	@# Each system's files count: macOS runtimes build the darwin ones.
+	@for os in linux darwin; do \
+		deps=$$(GOOS=$$os $(GO) list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' ./leases | grep -Ev '^github.com/vmlane/vmlane/(leases|internal/[a-z0-9]+)$$' || true); \
+		if [ -n "$$deps" ]; then echo "leases on $$os imports, directly or not, packages outside the standard library and vmlane's internal ones: $$deps"; exit 1; fi; \
+	done
 
 # Privileged tests run here too: `make test` runs as root, and
 # VMLANE_PRIVILEGED=require makes a privileged test fail rather than skip

@@ -18,7 +18,7 @@
 //
 // The package depends on the standard library only (directly, and through
 // small internal packages of vmlane's that import nothing else; make lint
-// checks it all the way down), so a VM runtime can depend
+// checks it all the way down, for Linux and macOS), so a VM runtime can depend
 // on it without pulling in netlink or client-go.
 //
 // # File format (version 1)
