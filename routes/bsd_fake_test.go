@@ -7,14 +7,13 @@ import (
 	"strings"
 )
 
-// fakeBSD is a recording bsdKernel that behaves like macOS's route(8) and
-// sysctl(8) for the commands vmlane runs, and prints its table as
-// `netstat -rn` does. connected are the on-link networks (next hops in
+// fakeBSD is a recording bsdKernel that behaves like macOS's route(8) for
+// the commands vmlane runs, and prints its table as `netstat -rn` does.
+// connected are the on-link networks (next hops in
 // them are directly reachable); routes are the table's gateway routes.
 type fakeBSD struct {
 	connected map[netip.Prefix]string // network -> interface
 	routes    map[netip.Prefix]KernelRoute
-	sysctls   map[string]string
 	calls     []string
 	failOn    string // a call prefix that fails
 }
@@ -23,7 +22,6 @@ func newFakeBSD() *fakeBSD {
 	f := &fakeBSD{
 		connected: map[netip.Prefix]string{netip.MustParsePrefix("192.168.1.0/24"): "en0", netip.MustParsePrefix("fd00::/64"): "en0"},
 		routes:    map[netip.Prefix]KernelRoute{},
-		sysctls:   map[string]string{"net.inet.ip.forwarding": "0", "net.inet6.ip6.forwarding": "0"},
 	}
 	f.routes[netip.MustParsePrefix("0.0.0.0/0")] = KernelRoute{Dst: netip.MustParsePrefix("0.0.0.0/0"), Via: netip.MustParseAddr("192.168.1.1"), Dev: "en0"}
 	return f
@@ -55,17 +53,7 @@ func (f *fakeBSD) Run(stdin string, argv ...string) (string, error) {
 	if f.failOn != "" && strings.HasPrefix(call, f.failOn) {
 		return fail("route: writing to routing socket: Network is unreachable")
 	}
-	switch argv[0] {
-	case "sysctl":
-		if argv[1] == "-n" {
-			return f.sysctls[argv[2]] + "\n", nil
-		}
-		k, v, _ := strings.Cut(argv[2], "=")
-		old := f.sysctls[k]
-		f.sysctls[k] = v
-		return fmt.Sprintf("%s: %s -> %s\n", k, old, v), nil
-	case "route":
-	default:
+	if argv[0] != "route" {
 		return fail("fake: unknown tool " + argv[0])
 	}
 	args := slices.DeleteFunc(slices.Clone(argv[2:]), func(s string) bool { return s == "-inet6" || s == "-net" })

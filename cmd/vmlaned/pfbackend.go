@@ -10,10 +10,16 @@ import (
 
 // pfBackend is the routes.NATBackend of a macOS node: the no-nat rules in
 // vmlane's pf anchor, and IP forwarding on. It is wired here rather than
-// in routes, so that routes does not depend on pf.
+// in routes, so that routes does not depend on pf. Only macOS runs it, but
+// it builds everywhere so that its tests run on Linux too.
 type pfBackend struct {
-	pf     *pf.PF
+	pf     pfAnchor
 	sysctl sysctl.Store
+}
+
+// pfAnchor is what pfBackend asks of *pf.PF.
+type pfAnchor interface {
+	Ensure(rules []string, full bool) (changed bool, err error)
 }
 
 // Ensure loads the anchor's rules (pf.Ensure) and, on full passes, turns
