@@ -1,29 +1,39 @@
 package routes
 
 import (
-	"bytes"
-	"fmt"
 	"os/exec"
 
 	"github.com/coreos/go-iptables/iptables"
+
+	"github.com/vmlane/vmlane/internal/command"
 )
 
 // goIPTables adapts go-iptables (which has every method but List and
 // Restore in the shape vmlane's interface wants) to iptablesInterface.
-type goIPTables struct{ *iptables.IPTables }
+type goIPTables struct {
+	*iptables.IPTables
+	restore string // iptables-restore or ip6tables-restore
+	run     command.Runner
+}
 
 // NewIPTables returns iptables for IPv4 (v6 false) or IPv6, with -w so
-// vmlane waits for the xtables lock instead of failing.
+// vmlane waits for the xtables lock instead of failing. It finds
+// iptables-restore (ip6tables-restore) on PATH once, as go-iptables finds
+// iptables, and runs that program from then on.
 func NewIPTables(v6 bool) (iptablesInterface, error) {
-	proto := iptables.ProtocolIPv4
+	proto, restore := iptables.ProtocolIPv4, "iptables-restore"
 	if v6 {
-		proto = iptables.ProtocolIPv6
+		proto, restore = iptables.ProtocolIPv6, "ip6tables-restore"
 	}
 	ipt, err := iptables.New(iptables.IPFamily(proto), iptables.Timeout(5))
 	if err != nil {
 		return nil, err
 	}
-	return goIPTables{ipt}, nil
+	path, err := exec.LookPath(restore)
+	if err != nil {
+		return nil, err
+	}
+	return goIPTables{ipt, restore, command.Exec{Tools: map[string]string{restore: path}}}, nil
 }
 
 // Restore runs iptables-restore --noflush (ip6tables-restore for IPv6),
@@ -31,14 +41,6 @@ func NewIPTables(v6 bool) (iptablesInterface, error) {
 // image's alternatives point both at it), waiting up to 5 s for the
 // xtables lock as the other calls do.
 func (g goIPTables) Restore(data []byte) error {
-	cmd := "iptables-restore"
-	if g.Proto() == iptables.ProtocolIPv6 {
-		cmd = "ip6tables-restore"
-	}
-	c := exec.Command(cmd, "--noflush", "-w", "5")
-	c.Stdin = bytes.NewReader(data)
-	if out, err := c.CombinedOutput(); err != nil {
-		return fmt.Errorf("%s --noflush: %w: %s", cmd, err, bytes.TrimSpace(out))
-	}
-	return nil
+	_, err := g.run.Run(string(data), g.restore, "--noflush", "-w", "5")
+	return err
 }

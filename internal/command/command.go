@@ -1,8 +1,9 @@
 // Package command runs the system tools vmlane drives as processes
-// (macOS's pfctl, route and sysctl). It is the one home of the seam those
-// callers share: a Runner shaped like tailscale's wgengine/router
-// commandRunner, whose recording fakes sit beside each caller's tests, and
-// Exec, the real one. It imports the standard library only.
+// (macOS's pfctl, route and sysctl; Linux's iptables-restore). It is the
+// one home of the seam those callers share: a Runner shaped like
+// tailscale's wgengine/router commandRunner, whose recording fakes sit
+// beside each caller's tests, and Exec, the real one. It imports the
+// standard library only.
 package command
 
 import (
