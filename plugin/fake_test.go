@@ -26,8 +26,10 @@ import (
 // It follows the kernel where the plugin relies on it: deleting one end of
 // a veth deletes the other, a netns going away takes its links (and their
 // veth peers) with it, deletes of what is missing succeed, creating a link
-// whose name is taken fails, and creating a TAP over an existing persistent
-// TAP attaches to it (TUNSETIFF) rather than failing.
+// whose name is taken fails, creating a TAP over an existing persistent
+// TAP attaches to it (TUNSETIFF) rather than failing, a redirect whose
+// target is deleted stays and goes nowhere, and a link taken down loses its
+// routes. TestFakeMatchesKernel holds it to the kernel.
 type fakeDataplane struct {
 	mu         sync.Mutex
 	defaultMTU int
@@ -45,11 +47,15 @@ type fakeDataplane struct {
 type fakeLinkKey struct{ netns, name string }
 
 type fakeLink struct {
-	kind     string // bridge, veth, tuntap, or anything else for foreign links
-	master   string
-	mac      string // set explicitly; printed
-	autoMAC  string // what the kernel would have picked; not printed
-	mtu      int
+	kind    string // bridge, veth, tuntap, or anything else for foreign links
+	master  string
+	mac     string // set explicitly; printed
+	autoMAC string // what the kernel would have picked; not printed
+	mtu     int
+	// mtuAuto: a bridge whose MTU was only given at creation, which the
+	// kernel keeps at its ports' lowest (1500 with none) as they come and
+	// go; setting it later pins it (BROPT_MTU_SET_BY_USER).
+	mtuAuto  bool
 	up       bool
 	quiet    bool // addrgenmode none
 	addrs    []netip.Prefix
@@ -57,7 +63,10 @@ type fakeLink struct {
 	peer     fakeLinkKey // veth only
 	tapFlags string      // tuntap only
 	ingress  bool        // has an ingress qdisc
-	redirect string      // ingress filter: mirred egress redirect to this link (same netns)
+	// redirects are the ingress filters' mirred egress redirect targets
+	// (links of the same netns); "" is one that was deleted since, as
+	// the kernel keeps the filter with no device.
+	redirects []string
 }
 
 // fakeFault fails call number n (counted from when it was armed) of a
@@ -112,11 +121,37 @@ func (f *fakeDataplane) addForeignLink(name, kind string) {
 }
 
 // setUp sets a link's admin state, as `ip link set NAME up|down` would.
+// Down takes the link's IPv4 routes with it, and up brings back only
+// the kernel's own route for each address, as the kernel does.
 func (f *fakeDataplane) setUp(netns, name string, up bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if l := f.links[fakeLinkKey{netns, name}]; l != nil {
 		l.up = up
+		if !up {
+			l.gateway = netip.Addr{}
+		}
+	}
+}
+
+// setMAC, setMTU and setMaster change a link behind the plugin's back.
+func (f *fakeDataplane) setMAC(netns, name, mac string) {
+	f.change(netns, name, func(l *fakeLink) { l.mac = mac })
+}
+
+func (f *fakeDataplane) setMTU(netns, name string, mtu int) {
+	f.change(netns, name, func(l *fakeLink) { l.mtu = mtu })
+}
+
+func (f *fakeDataplane) setMaster(netns, name, master string) {
+	f.change(netns, name, func(l *fakeLink) { l.master = master })
+}
+
+func (f *fakeDataplane) change(netns, name string, fn func(*fakeLink)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if l := f.links[fakeLinkKey{netns, name}]; l != nil {
+		fn(l)
 	}
 }
 
@@ -190,9 +225,40 @@ func (f *fakeDataplane) deleteLinkLocked(k fakeLinkKey) {
 	if l == nil {
 		return
 	}
-	delete(f.links, k)
+	gone := []fakeLinkKey{k}
 	if l.kind == "veth" {
-		delete(f.links, l.peer)
+		gone = append(gone, l.peer)
+	}
+	for _, g := range gone {
+		delete(f.links, g)
+		for k, o := range f.links {
+			for i, r := range o.redirects {
+				if k.netns == g.netns && r == g.name {
+					o.redirects[i] = ""
+				}
+			}
+		}
+	}
+	f.adjustBridgeMTUsLocked()
+}
+
+// adjustBridgeMTUsLocked does what the kernel's br_mtu_auto_adjust does
+// when a port joins or leaves. The caller holds f.mu.
+func (f *fakeDataplane) adjustBridgeMTUsLocked() {
+	for k, br := range f.links {
+		if br.kind != "bridge" || !br.mtuAuto {
+			continue
+		}
+		lowest := 0
+		for pk, p := range f.links {
+			if pk.netns == k.netns && p.master == k.name && (lowest == 0 || p.mtu < lowest) {
+				lowest = p.mtu
+			}
+		}
+		if lowest == 0 {
+			lowest = 1500
+		}
+		br.mtu = lowest
 	}
 }
 
@@ -224,13 +290,16 @@ func (f *fakeDataplane) EnsureBridge(name string, gw netip.Prefix, mtu int, mac 
 	k := fakeLinkKey{"", name}
 	l := f.links[k]
 	if l == nil {
-		l = &fakeLink{kind: "bridge", autoMAC: fakeMAC("", name)}
+		l = &fakeLink{kind: "bridge", autoMAC: fakeMAC("", name), mtu: mtu, mtuAuto: true}
 		f.links[k] = l
 	}
 	if l.kind != "bridge" {
 		return Link{}, &bridge.NotBridgeError{Name: name, Type: l.kind}
 	}
-	l.mtu, l.mac, l.up = mtu, mac, true
+	if l.mtu != mtu {
+		l.mtu, l.mtuAuto = mtu, false
+	}
+	l.mac, l.up = mac, true
 	l.addrs = []netip.Prefix{gw}
 	if after != nil {
 		return Link{}, after
@@ -269,6 +338,7 @@ func (f *fakeDataplane) SetupVeth(netns, podIf, hostIf, bridge string, mtu int, 
 	host := &fakeLink{kind: "veth", master: bridge, autoMAC: fakeMAC("", hostIf), mtu: mtu, up: true, peer: pk}
 	pod := &fakeLink{kind: "veth", mac: podMAC, autoMAC: fakeMAC(netns, podIf), mtu: mtu, up: true, quiet: quiet, peer: hk}
 	f.links[hk], f.links[pk] = host, pod
+	f.adjustBridgeMTUsLocked()
 	if after != nil {
 		return Link{}, Link{}, after
 	}
@@ -324,8 +394,9 @@ func (f *fakeDataplane) SetupTap(netns, tap, podIf string, mtu int, multiQueue b
 	if p == nil {
 		return Link{}, fmt.Errorf("%s: Link not found", podIf)
 	}
-	t.ingress, t.redirect = true, podIf
-	p.ingress, p.redirect = true, tap
+	// An ingress qdisc that was there is made anew, its filters gone.
+	t.ingress, t.redirects = true, []string{podIf}
+	p.ingress, p.redirects = true, []string{tap}
 	if after != nil {
 		return Link{}, after
 	}
@@ -408,7 +479,8 @@ func anys(s []string) []any {
 	return out
 }
 
-// Check verifies the model as netlinkDataplane.Check verifies the kernel.
+// Observe reports the model's links as netlinkDataplane.Observe reports
+// the kernel's.
 func (f *fakeDataplane) Observe(netns string, want Attached) (Observed, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -437,10 +509,19 @@ func (f *fakeDataplane) stateLocked(netns, name string) *LinkState {
 	if l == nil {
 		return nil
 	}
-	s := &LinkState{Name: name, Kind: l.kind, Master: l.master, Up: l.up, Addrs: slices.Clone(l.addrs)}
-	if l.redirect != "" {
-		s.Redirects = []string{l.redirect}
+	s := &LinkState{Name: name, Kind: l.kind, Master: l.master, MAC: l.effectiveMAC(), MTU: l.mtu, Up: l.up, Addrs: slices.Clone(l.addrs)}
+	// The kernel's route for each address's subnet, which it keeps
+	// only while the link is up.
+	for _, a := range l.addrs {
+		if l.up {
+			s.Routes = append(s.Routes, Route{Dst: a.Masked()})
+		}
 	}
+	if l.gateway.IsValid() {
+		s.Routes = append(s.Routes, Route{Dst: netip.PrefixFrom(netip.IPv4Unspecified(), 0), Via: l.gateway})
+	}
+	sortRoutes(s.Routes)
+	s.Redirects = slices.Clone(l.redirects)
 	return s
 }
 
@@ -529,8 +610,11 @@ func (f *fakeDataplane) state() []string {
 		if l.ingress {
 			out = append(out, tc+"qdisc add dev "+k.name+" ingress")
 		}
-		if l.redirect != "" {
-			out = append(out, tc+"filter add dev "+k.name+" ingress prio 1 protocol all u32 match u32 0 0 action mirred egress redirect dev "+l.redirect)
+		for _, r := range l.redirects {
+			if r == "" {
+				r = "(none)"
+			}
+			out = append(out, tc+"filter add dev "+k.name+" ingress prio 1 protocol all u32 match u32 0 0 action mirred egress redirect dev "+r)
 		}
 	}
 	for _, p := range f.guards {
@@ -606,7 +690,10 @@ func TestFakeDataplane(t *testing.T) {
 		if err := f.DeleteHostLink("vh"); err != nil {
 			t.Fatalf("deleting a missing link: %v", err)
 		}
-		if diff := cmp.Diff(sorted(brLines, tap), f.state()); diff != "" {
+		// The TAP's redirect stays, going nowhere, as in the kernel.
+		dangling := slices.Clone(tap)
+		dangling[2] = strings.Replace(dangling[2], "redirect dev eth0", "redirect dev (none)", 1)
+		if diff := cmp.Diff(sorted(brLines, dangling), f.state()); diff != "" {
 			t.Errorf("state (-want +got):\n%s", diff)
 		}
 	})

@@ -281,8 +281,6 @@ func storeError(err error) error {
 func (p *Plugin) Del(args *skel.CmdArgs) error {
 	return p.run("DEL", args, func(c *Config, log *slog.Logger) error {
 		key := leases.Key{ContainerID: args.ContainerID, IfName: args.IfName}
-		// Links first, then the lease: the address is free for reuse only
-		// once no interface answers for it.
 		// The pod's links first (a VM pod's veth and TAP go in one batch,
 		// the veth's host end with them), then the host end in case the
 		// netns is gone.
@@ -308,6 +306,8 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		if err := p.dp.DeleteHostLink(HostVethName(key)); err != nil {
 			errs = append(errs, err)
 		}
+		// Links first, then the lease: the address is free for reuse only
+		// once no interface answers for it.
 		if err := errors.Join(errs...); err != nil {
 			return err
 		}
@@ -379,10 +379,11 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 		if err != nil {
 			return types.NewError(types.ErrDecodingFailure, "converting prevResult", err.Error())
 		}
-		want, addr, err := expectedFromResult(prev, c, args)
+		want, err := expectedFromResult(prev, c, args)
 		if err != nil {
 			return err
 		}
+		addr := want.Addr
 		store, err := c.store()
 		if err != nil {
 			return err
@@ -406,11 +407,11 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 				return err
 			}
 		}
-		o, err := p.dp.Observe(args.Netns, want)
+		o, err := p.dp.Observe(args.Netns, want.Attached)
 		if err != nil {
 			return err
 		}
-		return compareAttachment(o, want, addr)
+		return compareAttachment(o, want)
 	})
 }
 
@@ -463,10 +464,10 @@ func sweepGuards(dp dataplane, listed []antispoof.Port, store *leases.Store) err
 }
 
 // expectedFromResult reads back what ADD reported.
-func expectedFromResult(r *current.Result, c *Config, args *skel.CmdArgs) (Attached, netip.Prefix, error) {
-	var a Attached
-	bad := func(why string) (Attached, netip.Prefix, error) {
-		return a, netip.Prefix{}, types.NewError(types.ErrInvalidNetworkConfig, "prevResult is not vmlane's: "+why, "")
+func expectedFromResult(r *current.Result, c *Config, args *skel.CmdArgs) (Expected, error) {
+	var want Expected
+	bad := func(why string) (Expected, error) {
+		return Expected{}, types.NewError(types.ErrInvalidNetworkConfig, "prevResult is not vmlane's: "+why, "")
 	}
 	n := 3
 	if c.VM {
@@ -479,6 +480,7 @@ func expectedFromResult(r *current.Result, c *Config, args *skel.CmdArgs) (Attac
 		x := r.Interfaces[i]
 		return Link{Name: x.Name, MAC: x.Mac, MTU: x.Mtu, Sandbox: x.Sandbox}
 	}
+	a := &want.Attached
 	a.Bridge, a.HostVeth, a.PodVeth = get(ifBridge), get(ifHostVeth), get(ifPodVeth)
 	if c.VM {
 		t := get(ifTap)
@@ -492,7 +494,23 @@ func expectedFromResult(r *current.Result, c *Config, args *skel.CmdArgs) (Attac
 		return bad("no address")
 	}
 	ones, _ := r.IPs[0].Address.Mask.Size()
-	return a, netip.PrefixFrom(ip.Unmap(), ones), nil
+	want.Addr = netip.PrefixFrom(ip.Unmap(), ones)
+	for _, rt := range r.Routes {
+		dst, ok := netip.AddrFromSlice(rt.Dst.IP)
+		if !ok {
+			return bad(fmt.Sprintf("route to %s", rt.Dst.String()))
+		}
+		ones, _ := rt.Dst.Mask.Size()
+		route := Route{Dst: netip.PrefixFrom(dst.Unmap(), ones)}
+		if rt.GW != nil {
+			if route.Via, ok = netip.AddrFromSlice(rt.GW); !ok {
+				return bad(fmt.Sprintf("route to %s via %s", rt.Dst.String(), rt.GW))
+			}
+			route.Via = route.Via.Unmap()
+		}
+		want.Routes = append(want.Routes, route)
+	}
+	return want, nil
 }
 
 // Status reports whether the plugin can serve an ADD now (CNI 1.1): the
