@@ -79,9 +79,10 @@ type Expected struct {
 // the host veth up on the bridge, the pod veth a veth and up, each with
 // the MAC and MTU the result names, and either the pod's address and
 // routes on the pod veth (a plain pod) or the TAP up and redirected to and
-// from it (a VM pod). Every mismatch names the link, the field and both
-// values. It runs the same over the kernel's snapshot and the fake's, so
-// the unit tests exercise the check itself, not a copy of it.
+// from it (a VM pod). Every mismatch names the link and what is wrong,
+// with the value found and the one wanted where there are two. It runs
+// the same over the kernel's snapshot and the fake's, so the unit tests
+// exercise the check itself, not a copy of it.
 func compareAttachment(o Observed, want Expected) error {
 	var errs []error
 	if h := o.HostVeth; h == nil {
