@@ -3,6 +3,7 @@ package plugin
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
@@ -12,8 +13,8 @@ import (
 
 // Observe reads the attachment's links from the kernel: the host veth in
 // this netns, the pod veth and (for a VM pod) the TAP in the pod's, with
-// their kind, master, state, IPv4 addresses and tc redirects. It judges
-// nothing; compareAttachment does.
+// their kind, master, MAC, MTU, state, IPv4 addresses and routes, and tc
+// redirects. It judges nothing; compareAttachment does.
 func (netlinkDataplane) Observe(netnsPath string, want Attached) (Observed, error) {
 	var o Observed
 	if _, err := netlinksafe.LinkByName(want.Bridge.Name); err != nil {
@@ -52,7 +53,7 @@ func observeLink(name string, tc bool) (*LinkState, error) {
 		return nil, err
 	}
 	a := l.Attrs()
-	s := &LinkState{Name: a.Name, Kind: l.Type(), Up: a.Flags&1 != 0}
+	s := &LinkState{Name: a.Name, Kind: l.Type(), MAC: a.HardwareAddr.String(), MTU: a.MTU, Up: a.Flags&net.FlagUp != 0}
 	if a.MasterIndex != 0 {
 		m, err := netlink.LinkByIndex(a.MasterIndex)
 		if err != nil {
@@ -70,6 +71,9 @@ func observeLink(name string, tc bool) (*LinkState, error) {
 			s.Addrs = append(s.Addrs, netip.PrefixFrom(p.Unmap(), ones))
 		}
 	}
+	if s.Routes, err = routesOf(l); err != nil {
+		return nil, fmt.Errorf("routes of %s: %w", name, err)
+	}
 	if tc {
 		if s.Redirects, err = redirects(l); err != nil {
 			return nil, err
@@ -78,8 +82,36 @@ func observeLink(name string, tc bool) (*LinkState, error) {
 	return s, nil
 }
 
+// routesOf lists l's IPv4 routes in the main table, as LinkState holds
+// them.
+func routesOf(l netlink.Link) ([]Route, error) {
+	rs, err := netlinksafe.RouteList(l, netlink.FAMILY_V4)
+	if err != nil {
+		return nil, err
+	}
+	var out []Route
+	for _, r := range rs {
+		route := Route{Dst: netip.PrefixFrom(netip.IPv4Unspecified(), 0)}
+		if r.Dst != nil {
+			ip, ok := netip.AddrFromSlice(r.Dst.IP)
+			if !ok {
+				continue
+			}
+			ones, _ := r.Dst.Mask.Size()
+			route.Dst = netip.PrefixFrom(ip.Unmap(), ones)
+		}
+		if gw, ok := netip.AddrFromSlice(r.Gw); ok {
+			route.Via = gw.Unmap()
+		}
+		out = append(out, route)
+	}
+	sortRoutes(out)
+	return out, nil
+}
+
 // redirects names the links l's ingress match-all u32 filters redirect to
-// (mirred egress redirect), as SetupTap installs them.
+// (mirred egress redirect), as SetupTap installs them, "" for a target
+// that is gone.
 func redirects(l netlink.Link) ([]string, error) {
 	filters, err := netlinksafe.FilterList(l, ingressHandle)
 	if err != nil {
@@ -94,6 +126,11 @@ func redirects(l netlink.Link) ([]string, error) {
 		for _, a := range m.Actions {
 			r, ok := a.(*netlink.MirredAction)
 			if !ok || r.MirredAction != netlink.TCA_EGRESS_REDIR {
+				continue
+			}
+			// The kernel reports index 0 once the target is gone.
+			if r.Ifindex == 0 {
+				out = append(out, "")
 				continue
 			}
 			to, err := netlink.LinkByIndex(r.Ifindex)

@@ -27,9 +27,9 @@ func DeriveMAC(ip netip.Addr) string {
 
 // HostVethName is the host end's name for an attachment: "vml" and 11 hex
 // digits of a hash of the container ID and interface name (14 bytes,
-// under the kernel's limit of 15). Derived rather than random, so DEL and GC find the link
-// even when the pod's netns is already gone, and a retried ADD replaces the
-// link an interrupted one left.
+// under the kernel's limit of 15). Derived rather than random, so DEL and
+// GC find the link even when the pod's netns is already gone, and a
+// retried ADD replaces the link an interrupted one left.
 func HostVethName(k leases.Key) string {
 	sum := sha256.Sum256([]byte(k.ContainerID + "\x00" + k.IfName))
 	return "vml" + hex.EncodeToString(sum[:])[:11]

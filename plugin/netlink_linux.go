@@ -212,13 +212,24 @@ func (netlinkDataplane) SetupTap(netnsPath, tap, podIf string, mtu int, multiQue
 // matchall: cls_matchall is an optional module that some kernels (this
 // project's CI among them) lack, and u32 is everywhere; Kata Containers'
 // tc-redirect does the same.
+//
+// A TAP that outlived its veth keeps its ingress qdisc, and its filter
+// redirects to a device that is gone, which drops every frame the guest
+// sends; the kernel refuses to replace an ingress qdisc (EINVAL), so
+// one that is there is deleted, filters and all, and made anew.
 func redirect(from, to netlink.Link) error {
 	q := &netlink.Ingress{QdiscAttrs: netlink.QdiscAttrs{
 		LinkIndex: from.Attrs().Index,
 		Handle:    ingressHandle,
 		Parent:    netlink.HANDLE_INGRESS,
 	}}
-	if err := netlink.QdiscReplace(q); err != nil {
+	err := netlink.QdiscAdd(q)
+	if errors.Is(err, syscall.EEXIST) {
+		if err = netlink.QdiscDel(q); err == nil {
+			err = netlink.QdiscAdd(q)
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("adding ingress qdisc on %s: %w", from.Attrs().Name, kernel.Explain(err, kernel.Ingress))
 	}
 	f := &netlink.U32{

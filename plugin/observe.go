@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 )
 
 // LinkState is what the dataplane reports of one link: the facts CHECK
@@ -17,37 +18,83 @@ type LinkState struct {
 	// Master is the name of the link this one is enslaved to ("" for
 	// none).
 	Master string
-	Up     bool
+	// MAC is the link's own hardware address, as net.HardwareAddr
+	// prints it.
+	MAC string
+	MTU int
+	Up  bool
 	// Addrs are its IPv4 addresses.
 	Addrs []netip.Prefix
+	// Routes are the IPv4 routes of the main table out of this link,
+	// sorted by Route.String.
+	Routes []Route
 	// Redirects are the links its ingress traffic is redirected to by a
-	// match-all tc filter with a mirred egress redirect, by name.
+	// match-all tc filter with a mirred egress redirect, by name, in the
+	// kernel's order; "" is a link that is gone (the filter drops every
+	// frame).
 	Redirects []string
 }
 
+// Route is one IPv4 route out of a link: to Dst, via Via when it has a
+// next hop (the kernel's connected route of an address has none).
+type Route struct {
+	Dst netip.Prefix
+	Via netip.Addr
+}
+
+func (r Route) String() string {
+	if !r.Via.IsValid() {
+		return r.Dst.String()
+	}
+	return r.Dst.String() + " via " + r.Via.String()
+}
+
+// sortRoutes orders routes as LinkState.Routes holds them, so the
+// kernel's snapshot and the fake's compare equal whatever the dump order.
+func sortRoutes(rs []Route) {
+	slices.SortFunc(rs, func(a, b Route) int { return strings.Compare(a.String(), b.String()) })
+}
+
 // Observed is the dataplane's snapshot of one attachment: the links named
-// in the Attached CHECK was given, nil where there is no such link. Err*
-// say why a link could not be read when it was not simply missing.
+// in the Attached CHECK was given, nil where there is no such link.
 type Observed struct {
 	HostVeth, PodVeth, Tap *LinkState
 	// PodErr is set when the pod's netns could not be entered or read.
 	PodErr error
 }
 
+// Expected is what ADD reported of an attachment, as CHECK reads it back
+// from the previous result.
+type Expected struct {
+	Attached
+	// Addr is the pod's address (on the pod veth of a plain pod; a VM
+	// pod's guest holds it).
+	Addr netip.Prefix
+	// Routes are the result's routes, each out of the pod veth of a
+	// plain pod.
+	Routes []Route
+}
+
 // compareAttachment is CHECK's verdict on o against what ADD reported:
-// the host veth up on the bridge, the pod veth a veth, and either the
-// pod's address on it (a plain pod) or the TAP redirected to and from it
-// (a VM pod). It runs the same over the kernel's snapshot and the fake's,
-// so the unit tests exercise the check itself, not a copy of it.
-func compareAttachment(o Observed, want Attached, addr netip.Prefix) error {
+// the host veth up on the bridge, the pod veth a veth and up, each with
+// the MAC and MTU the result names, and either the pod's address and
+// routes on the pod veth (a plain pod) or the TAP up and redirected to and
+// from it (a VM pod). Every mismatch names the link and what is wrong,
+// with the value found and the one wanted where there are two. It runs
+// the same over the kernel's snapshot and the fake's, so the unit tests
+// exercise the check itself, not a copy of it.
+func compareAttachment(o Observed, want Expected) error {
 	var errs []error
-	switch h := o.HostVeth; {
-	case h == nil:
+	if h := o.HostVeth; h == nil {
 		errs = append(errs, fmt.Errorf("host veth %s: Link not found", want.HostVeth.Name))
-	case h.Master != want.Bridge.Name:
-		errs = append(errs, fmt.Errorf("host veth %s is not on bridge %s", want.HostVeth.Name, want.Bridge.Name))
-	case !h.Up:
-		errs = append(errs, fmt.Errorf("host veth %s is down", want.HostVeth.Name))
+	} else {
+		if h.Master != want.Bridge.Name {
+			errs = append(errs, fmt.Errorf("host veth %s is not on bridge %s (master %q)", want.HostVeth.Name, want.Bridge.Name, h.Master))
+		}
+		if !h.Up {
+			errs = append(errs, fmt.Errorf("host veth %s is down", want.HostVeth.Name))
+		}
+		errs = append(errs, compareLink("host veth", h, want.HostVeth, true)...)
 	}
 	if o.PodErr != nil {
 		return errors.Join(append(errs, o.PodErr)...)
@@ -59,9 +106,18 @@ func compareAttachment(o Observed, want Attached, addr netip.Prefix) error {
 	if pod.Kind != "veth" {
 		errs = append(errs, fmt.Errorf("%s is a %s, not a veth", want.PodVeth.Name, pod.Kind))
 	}
+	if !pod.Up {
+		errs = append(errs, fmt.Errorf("pod veth %s is down", want.PodVeth.Name))
+	}
+	errs = append(errs, compareLink("pod veth", pod, want.PodVeth, true)...)
 	if want.Tap == nil {
-		if !slices.Contains(pod.Addrs, addr) {
-			errs = append(errs, fmt.Errorf("%s does not have address %s", want.PodVeth.Name, addr))
+		if !slices.Contains(pod.Addrs, want.Addr) {
+			errs = append(errs, fmt.Errorf("%s does not have address %s (has %v)", want.PodVeth.Name, want.Addr, pod.Addrs))
+		}
+		for _, r := range want.Routes {
+			if !slices.Contains(pod.Routes, r) {
+				errs = append(errs, fmt.Errorf("%s has no route %s (has %v)", want.PodVeth.Name, r, pod.Routes))
+			}
 		}
 		return errors.Join(errs...)
 	}
@@ -72,11 +128,38 @@ func compareAttachment(o Observed, want Attached, addr netip.Prefix) error {
 	if tap.Kind != "tuntap" {
 		errs = append(errs, fmt.Errorf("%s is a %s, not a TAP", want.Tap.Name, tap.Kind))
 	}
-	if !slices.Contains(tap.Redirects, want.PodVeth.Name) {
-		errs = append(errs, fmt.Errorf("no redirect from %s to %s", want.Tap.Name, want.PodVeth.Name))
+	if !tap.Up {
+		errs = append(errs, fmt.Errorf("TAP %s is down", want.Tap.Name))
 	}
-	if !slices.Contains(pod.Redirects, want.Tap.Name) {
-		errs = append(errs, fmt.Errorf("no redirect from %s to %s", want.PodVeth.Name, want.Tap.Name))
-	}
+	// The result's MAC for the TAP is the guest's, not the TAP's own.
+	errs = append(errs, compareLink("TAP", tap, *want.Tap, false)...)
+	errs = append(errs, compareRedirects(want.Tap.Name, tap.Redirects, want.PodVeth.Name))
+	errs = append(errs, compareRedirects(want.PodVeth.Name, pod.Redirects, want.Tap.Name))
 	return errors.Join(errs...)
+}
+
+// compareRedirects wants from's ingress redirected to to alone: a second
+// filter, to a link that is gone say, may take the frames first.
+func compareRedirects(from string, got []string, to string) error {
+	switch {
+	case !slices.Contains(got, to):
+		return fmt.Errorf("no redirect from %s to %s", from, to)
+	case len(got) > 1:
+		return fmt.Errorf("%s redirects to %q, want %s alone (\"\" is a link that is gone)", from, got, to)
+	}
+	return nil
+}
+
+// compareLink compares the MAC (when mac is set) and MTU the result
+// reported for a link with the link's. A result that leaves a field out
+// (the MTU before spec 1.1) is not held against the link.
+func compareLink(role string, got *LinkState, want Link, mac bool) []error {
+	var errs []error
+	if mac && want.MAC != "" && !strings.EqualFold(got.MAC, want.MAC) {
+		errs = append(errs, fmt.Errorf("%s %s has MAC %s, the result says %s", role, want.Name, got.MAC, want.MAC))
+	}
+	if want.MTU != 0 && got.MTU != want.MTU {
+		errs = append(errs, fmt.Errorf("%s %s has MTU %d, the result says %d", role, want.Name, got.MTU, want.MTU))
+	}
+	return errs
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -29,6 +31,15 @@ func FuzzPluginReplay(f *testing.F) {
 func replay(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	h := newHarness(t, nil)
+	// The lease file's fsyncs were most of a replay's time on disk, and
+	// the fuzz engine runs one replay per input (its whole cached corpus
+	// first, within make fuzz's 10 s); durability is no part of what a
+	// replay checks, so its lease file is on tmpfs where there is one.
+	if dir, err := os.MkdirTemp("/dev/shm", "vmlane-replay-"); err == nil {
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		h.leaseFile = filepath.Join(dir, "leases.json")
+		h.set["leaseFile"] = h.leaseFile
+	}
 	// An op is ADD, DEL, or the pod's netns going away before its DEL.
 	type op struct {
 		verb string

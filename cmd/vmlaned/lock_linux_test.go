@@ -22,14 +22,21 @@ func TestBridgeLockSurvivesGC(t *testing.T) {
 	take()
 	path := filepath.Join(filepath.Dir(leaseFile), "vmlaned-vmlane0.lock")
 	t.Cleanup(func() { (&bridgeLock{path: path}).Close() })
-	for range 3 {
+	// Finalizers run on a goroutine of their own after the GC that found
+	// their object unreachable, so each round waits for a sentinel's
+	// finalizer, queued behind the file's, before trying the lock: a lock
+	// that depends on the handle is gone by then.
+	for round := range 3 {
+		finalized := make(chan struct{})
+		runtime.SetFinalizer(new([16]byte), func(*[16]byte) { close(finalized) })
 		runtime.GC()
-	}
-	if g, err := lockBridge(leaseFile, "vmlane0"); err == nil || !strings.Contains(err.Error(), "already serves bridge vmlane0") {
-		if g != nil {
-			g.Close()
+		<-finalized
+		if g, err := lockBridge(leaseFile, "vmlane0"); err == nil || !strings.Contains(err.Error(), "already serves bridge vmlane0") {
+			if g != nil {
+				g.Close()
+			}
+			t.Fatalf("second lock after GC round %d = %v, want refused", round+1, err)
 		}
-		t.Fatalf("second lock after GC = %v, want refused", err)
 	}
 	if g, err := lockBridge(leaseFile, "vmlane1"); err != nil {
 		t.Errorf("another bridge's lock: %v", err)

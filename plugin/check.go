@@ -1,0 +1,157 @@
+package plugin
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
+	"github.com/vmlane/vmlane/leases"
+)
+
+// Check verifies an attachment against the result ADD returned.
+func (p *Plugin) Check(args *skel.CmdArgs) error {
+	return p.run("CHECK", args, func(c *Config, log *slog.Logger) error {
+		if c.RawPrevResult == nil {
+			return types.NewError(types.ErrInvalidNetworkConfig, "CHECK needs prevResult", "")
+		}
+		if err := version.ParsePrevResult(&c.PluginConf); err != nil {
+			return types.NewError(types.ErrDecodingFailure, "parsing prevResult", err.Error())
+		}
+		prev, err := current.NewResultFromResult(c.PrevResult)
+		if err != nil {
+			return types.NewError(types.ErrDecodingFailure, "converting prevResult", err.Error())
+		}
+		want, err := expectedFromResult(prev, c, args)
+		if err != nil {
+			return err
+		}
+		addr := want.Addr
+		store, err := c.store()
+		if err != nil {
+			return err
+		}
+		key := leases.Key{ContainerID: args.ContainerID, IfName: args.IfName}
+		l, ok, err := store.Get(key)
+		if err != nil {
+			return storeError(err)
+		}
+		if !ok {
+			return fmt.Errorf("no lease for attachment %s", key)
+		}
+		if l.IP != addr.Addr() {
+			return fmt.Errorf("lease of %s holds %s, the result says %s", key, l.IP, addr.Addr())
+		}
+		if want.Tap != nil && l.MAC != want.Tap.MAC {
+			return fmt.Errorf("lease of %s has MAC %s, the result says %s", key, l.MAC, want.Tap.MAC)
+		}
+		if c.Guard {
+			if err := checkGuard(p.dp, want.HostVeth.Name, l); err != nil {
+				return err
+			}
+		}
+		o, err := p.dp.Observe(args.Netns, want.Attached)
+		if err != nil {
+			return err
+		}
+		return compareAttachment(o, want)
+	})
+}
+
+// checkGuard reports a port whose anti-spoofing identity is not exactly
+// its lease's.
+func checkGuard(dp dataplane, port string, l leases.Lease) error {
+	ports, err := dp.Guarded()
+	if err != nil {
+		return fmt.Errorf("reading anti-spoofing ports: %w", err)
+	}
+	var got []string
+	for _, p := range ports {
+		if p.Name == port {
+			got = append(got, p.MAC.String()+" "+p.IP.String())
+		}
+	}
+	if want := l.MAC + " " + l.IP.String(); len(got) != 1 || got[0] != want {
+		return fmt.Errorf("anti-spoofing lets port %s send as %q, want exactly %q", port, got, want)
+	}
+	return nil
+}
+
+// expectedFromResult reads back what ADD reported.
+func expectedFromResult(r *current.Result, c *Config, args *skel.CmdArgs) (Expected, error) {
+	var want Expected
+	bad := func(why string) (Expected, error) {
+		return Expected{}, types.NewError(types.ErrInvalidNetworkConfig, "prevResult is not vmlane's: "+why, "")
+	}
+	n := 3
+	if c.VM {
+		n = 4
+	}
+	if len(r.Interfaces) != n || len(r.IPs) != 1 {
+		return bad(fmt.Sprintf("want %d interfaces and 1 IP, got %d and %d", n, len(r.Interfaces), len(r.IPs)))
+	}
+	get := func(i int) Link {
+		x := r.Interfaces[i]
+		return Link{Name: x.Name, MAC: x.Mac, MTU: x.Mtu, Sandbox: x.Sandbox}
+	}
+	a := &want.Attached
+	a.Bridge, a.HostVeth, a.PodVeth = get(ifBridge), get(ifHostVeth), get(ifPodVeth)
+	if c.VM {
+		t := get(ifTap)
+		a.Tap = &t
+	}
+	if a.PodVeth.Name != args.IfName {
+		return bad(fmt.Sprintf("pod interface is %q, CNI_IFNAME is %q", a.PodVeth.Name, args.IfName))
+	}
+	ip, ok := netip.AddrFromSlice(r.IPs[0].Address.IP)
+	if !ok {
+		return bad("no address")
+	}
+	ones, _ := r.IPs[0].Address.Mask.Size()
+	want.Addr = netip.PrefixFrom(ip.Unmap(), ones)
+	for _, rt := range r.Routes {
+		dst, ok := netip.AddrFromSlice(rt.Dst.IP)
+		if !ok {
+			return bad(fmt.Sprintf("route to %s", rt.Dst.String()))
+		}
+		ones, _ := rt.Dst.Mask.Size()
+		route := Route{Dst: netip.PrefixFrom(dst.Unmap(), ones)}
+		if rt.GW != nil {
+			if route.Via, ok = netip.AddrFromSlice(rt.GW); !ok {
+				return bad(fmt.Sprintf("route to %s via %s", rt.Dst.String(), rt.GW))
+			}
+			route.Via = route.Via.Unmap()
+		}
+		want.Routes = append(want.Routes, route)
+	}
+	return want, nil
+}
+
+// Status reports whether the plugin can serve an ADD now (CNI 1.1): the
+// bridge is up, the lease file is readable, and an address is free.
+func (p *Plugin) Status(args *skel.CmdArgs) error {
+	return p.run("STATUS", args, func(c *Config, log *slog.Logger) error {
+		if err := p.dp.BridgeStatus(c.Bridge); err != nil {
+			return types.NewError(errPluginNotAvailable, fmt.Sprintf("bridge %s is not ready", c.Bridge), err.Error())
+		}
+		store, err := c.store()
+		if err != nil {
+			return types.NewError(errPluginNotAvailable, "lease store unusable", err.Error())
+		}
+		var free bool
+		err = store.View(func(tx *leases.Tx) error {
+			free = tx.Free(c.Exclude) > 0
+			return nil
+		})
+		if err != nil {
+			return types.NewError(errPluginNotAvailable, "lease file unusable", err.Error())
+		}
+		if !free {
+			return types.NewError(errPluginNotAvailable, fmt.Sprintf("subnet %s is full", c.SubnetPrefix), "")
+		}
+		return nil
+	})
+}

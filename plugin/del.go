@@ -1,0 +1,194 @@
+package plugin
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/vmlane/vmlane/internal/antispoof"
+	"github.com/vmlane/vmlane/leases"
+)
+
+// Del detaches a pod. Everything already gone (netns, links, lease) counts
+// as deleted, so DEL can be repeated.
+func (p *Plugin) Del(args *skel.CmdArgs) error {
+	return p.run("DEL", args, func(c *Config, log *slog.Logger) error {
+		key := leases.Key{ContainerID: args.ContainerID, IfName: args.IfName}
+		// The pod's links first (a VM pod's veth and TAP go in one batch,
+		// the veth's host end with them), then the host end in case the
+		// netns is gone.
+		//
+		// The port's anti-spoofing entry is left to vmlaned, which removes
+		// the entries of released leases in one transaction every
+		// --anti-spoof-period (and GC removes them too). Removing a set
+		// element waits for an RCU grace period under the kernel's
+		// nftables commit lock, about 13 ms, which would serialize every
+		// DEL and ADD on the node behind each other. An entry whose port
+		// is gone matches no frame, and the name comes back only for the
+		// same attachment, whose ADD replaces it.
+		var errs []error
+		if args.Netns != "" {
+			names := []string{args.IfName}
+			if c.VM {
+				names = append(names, c.TapName)
+			}
+			if err := p.dp.DeleteNetnsLinks(args.Netns, names...); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if err := p.dp.DeleteHostLink(HostVethName(key)); err != nil {
+			errs = append(errs, err)
+		}
+		// Links first, then the lease: the address is free for reuse only
+		// once no interface answers for it.
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+		l, ok, err := c.release(key, log)
+		if err != nil {
+			return err
+		}
+		log.Info("detached", "released", ok, "ip", l.IP)
+		return nil
+	})
+}
+
+// release frees key's lease for DEL, which must never keep a pod from
+// going away: the kubelet retries a failed DEL for ever and the pod stays
+// Terminating meanwhile.
+//   - A lease file of another subnet means the node's podCIDR changed
+//     under running pods (vmlaned has already written the new subnet's
+//     conflist, which is what DEL gets): the lease is released in the
+//     file's own subnet.
+//   - A file the store cannot read (ErrCorrupt) is logged and left for
+//     the operator; DEL succeeds, the lease stays on record.
+//
+// Other errors (the lock, the disk) may pass, so DEL fails and is retried.
+func (c *Config) release(key leases.Key, log *slog.Logger) (leases.Lease, bool, error) {
+	store, err := c.store()
+	if err != nil {
+		return leases.Lease{}, false, err
+	}
+	l, ok, err := store.Release(key)
+	if errors.Is(err, leases.ErrSubnetChanged) {
+		log.Warn("lease file holds another subnet than the network config (podCIDR changed?): releasing in the file's subnet", "err", err)
+		l, ok, err = releaseInFileSubnet(c.LeaseFile, key)
+	}
+	switch {
+	case errors.Is(err, leases.ErrCorrupt):
+		log.Error("lease file unreadable: the lease stays on record; see `vmlanectl leases` in the README's troubleshooting", "err", err)
+		return leases.Lease{}, false, nil
+	case err != nil:
+		return leases.Lease{}, false, storeError(err)
+	}
+	return l, ok, nil
+}
+
+// releaseInFileSubnet releases key from the lease file at path in the
+// subnet the file itself records.
+func releaseInFileSubnet(path string, key leases.Key) (leases.Lease, bool, error) {
+	snap, err := leases.Read(path)
+	if err != nil {
+		return leases.Lease{}, false, fmt.Errorf("%w: %v", leases.ErrCorrupt, err)
+	}
+	store, err := leases.Open(path, snap.File.Subnet, snap.File.Gateway)
+	if err != nil {
+		return leases.Lease{}, false, fmt.Errorf("%w: lease file %s records subnet %s, gateway %s: %v",
+			leases.ErrCorrupt, path, snap.File.Subnet, snap.File.Gateway, err)
+	}
+	return store.Release(key)
+}
+
+// GC releases every CNI lease whose attachment the runtime no longer lists
+// in cni.dev/valid-attachments, and removes its host veth.
+func (p *Plugin) GC(args *skel.CmdArgs) error {
+	return p.run("GC", args, func(c *Config, log *slog.Logger) error {
+		valid := make([]leases.Key, 0, len(c.ValidAttachments))
+		for _, a := range c.ValidAttachments {
+			valid = append(valid, leases.Key{ContainerID: a.ContainerID, IfName: a.IfName})
+		}
+		store, err := c.store()
+		if err != nil {
+			return err
+		}
+		// The anti-spoofing entries before the leases, as vmlaned lists
+		// them (see sweepGuards).
+		var listed []antispoof.Port
+		if c.Guard {
+			if listed, err = p.dp.Guarded(); err != nil {
+				return fmt.Errorf("reading anti-spoofing ports: %w", err)
+			}
+		}
+		// Links first, as in DEL: find the stale attachments, remove their
+		// host veths, then release their leases.
+		var stale []leases.Lease
+		if err := store.View(func(tx *leases.Tx) error {
+			keep := make(map[leases.Key]bool, len(valid))
+			for _, k := range valid {
+				keep[k] = true
+			}
+			for _, l := range tx.Leases() {
+				// A lease in a state this version does not know is a
+				// newer vmlane's to release: store.GC keeps it, and its
+				// link stays with it.
+				if l.Source == leases.SourceCNI && l.State.Known() && !keep[l.Key()] {
+					stale = append(stale, l)
+				}
+			}
+			return nil
+		}); err != nil {
+			return storeError(err)
+		}
+		var errs []error
+		for _, l := range stale {
+			if err := p.dp.DeleteHostLink(HostVethName(l.Key())); err != nil {
+				// Keep the lease while its link may still answer for
+				// the address, as DEL does; the next GC tries again.
+				errs = append(errs, err)
+				valid = append(valid, l.Key())
+			}
+		}
+		released, err := store.GC(valid)
+		if err != nil {
+			return storeError(err)
+		}
+		for _, l := range released {
+			log.Info("collected", "ip", l.IP, "attachment", l.Key().String())
+		}
+		if c.Guard {
+			errs = append(errs, sweepGuards(p.dp, listed, store))
+		}
+		return errors.Join(errs...)
+	})
+}
+
+// sweepGuards removes, in one transaction, the anti-spoofing entries of
+// listed whose port no lease names any more: those DEL left (see Del) and
+// those of the attachments GC collected. listed was read before the lease
+// file, so an ADD racing GC, whose lease is written before its entry,
+// either has its lease seen here or its entry not listed.
+func sweepGuards(dp dataplane, listed []antispoof.Port, store *leases.Store) error {
+	ls, err := store.List()
+	if err != nil {
+		return storeError(err)
+	}
+	named := make(map[string]bool, len(ls))
+	for _, l := range ls {
+		named[l.BridgePort] = true
+	}
+	var sweep []string
+	for _, p := range listed {
+		if !named[p.Name] && !slices.Contains(sweep, p.Name) {
+			sweep = append(sweep, p.Name)
+		}
+	}
+	if len(sweep) == 0 {
+		return nil
+	}
+	if err := dp.Unguard(sweep...); err != nil {
+		return fmt.Errorf("removing anti-spoofing of stale ports: %w", err)
+	}
+	return nil
+}
