@@ -103,12 +103,7 @@ func compareAttachment(o Observed, want Expected) error {
 	if pod == nil {
 		return errors.Join(append(errs, fmt.Errorf("pod veth %s: Link not found", want.PodVeth.Name))...)
 	}
-	if pod.Kind != "veth" {
-		errs = append(errs, fmt.Errorf("%s is a %s, not a veth", want.PodVeth.Name, pod.Kind))
-	}
-	if !pod.Up {
-		errs = append(errs, fmt.Errorf("pod veth %s is down", want.PodVeth.Name))
-	}
+	errs = append(errs, compareKindUp("pod veth", want.PodVeth.Name, pod, "veth", "veth")...)
 	errs = append(errs, compareLink("pod veth", pod, want.PodVeth, true)...)
 	if want.Tap == nil {
 		if !slices.Contains(pod.Addrs, want.Addr) {
@@ -125,12 +120,7 @@ func compareAttachment(o Observed, want Expected) error {
 	if tap == nil {
 		return errors.Join(append(errs, fmt.Errorf("TAP %s: Link not found", want.Tap.Name))...)
 	}
-	if tap.Kind != "tuntap" {
-		errs = append(errs, fmt.Errorf("%s is a %s, not a TAP", want.Tap.Name, tap.Kind))
-	}
-	if !tap.Up {
-		errs = append(errs, fmt.Errorf("TAP %s is down", want.Tap.Name))
-	}
+	errs = append(errs, compareKindUp("TAP", want.Tap.Name, tap, "tuntap", "TAP")...)
 	// The result's MAC for the TAP is the guest's, not the TAP's own.
 	errs = append(errs, compareLink("TAP", tap, *want.Tap, false)...)
 	errs = append(errs, compareRedirects(want.Tap.Name, tap.Redirects, want.PodVeth.Name))
@@ -148,6 +138,19 @@ func compareRedirects(from string, got []string, to string) error {
 		return fmt.Errorf("%s redirects to %q, want %s alone (\"\" is a link that is gone)", from, got, to)
 	}
 	return nil
+}
+
+// compareKindUp reports a link that is not of kind (called what in the
+// message) or is down.
+func compareKindUp(role, name string, got *LinkState, kind, what string) []error {
+	var errs []error
+	if got.Kind != kind {
+		errs = append(errs, fmt.Errorf("%s is a %s, not a %s", name, got.Kind, what))
+	}
+	if !got.Up {
+		errs = append(errs, fmt.Errorf("%s %s is down", role, name))
+	}
+	return errs
 }
 
 // compareLink compares the MAC (when mac is set) and MTU the result
