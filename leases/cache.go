@@ -184,12 +184,12 @@ func (f *File) roundTrips() bool {
 	}
 	for i := range f.Leases {
 		l := &f.Leases[i]
-		for _, s := range [...]string{l.MAC, string(l.State), string(l.Source), l.ContainerID, l.IfName, l.NetNS, l.BridgePort, l.Pod.Namespace, l.Pod.Name, l.Pod.UID, l.Hostname} {
+		for _, s := range [...]string{l.MAC, string(l.State), string(l.Source), l.ContainerID, l.IfName, l.NetNS, l.BridgePort, l.Pod.Namespace, l.Pod.Name, l.Pod.UID, l.Hostname, string(l.State6)} {
 			if !utf8.ValidString(s) {
 				return false
 			}
 		}
-		if !canonicalTime(l.Created) || !canonicalTime(l.Expires) {
+		if !canonicalTime(l.Created) || !canonicalTime(l.Expires) || !canonicalTime(l.Expires6) {
 			return false
 		}
 	}

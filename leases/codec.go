@@ -274,8 +274,8 @@ func fold(key string, names ...string) string {
 }
 
 var (
-	fileKeys  = []string{"version", "node", "subnet", "gateway", "lastReserved", "leases"}
-	leaseKeys = []string{"mac", "ip", "state", "source", "containerID", "ifname", "netns", "bridgePort", "vm", "pod", "hostname", "created", "expires"}
+	fileKeys  = []string{"version", "node", "subnet", "gateway", "lastReserved", "subnet6", "gateway6", "lastReserved6", "leases"}
+	leaseKeys = []string{"mac", "ip", "ip6", "state", "source", "containerID", "ifname", "netns", "bridgePort", "vm", "pod", "hostname", "created", "expires", "state6", "expires6"}
 	podKeys   = []string{"namespace", "name", "uid"}
 )
 
@@ -322,6 +322,26 @@ func (d *decoder) addrField(dst *netip.Addr, name string) error {
 		return fmt.Errorf("%q: %w", name, err)
 	}
 	*dst = a
+	return nil
+}
+
+func (d *decoder) prefixField(dst *netip.Prefix, name string) error {
+	if d.null() {
+		return nil
+	}
+	v, err := d.str()
+	if err != nil {
+		return fmt.Errorf("%q: %w", name, err)
+	}
+	if v == "" {
+		*dst = netip.Prefix{}
+		return nil
+	}
+	p, err := netip.ParsePrefix(v)
+	if err != nil {
+		return fmt.Errorf("%q: %w", name, err)
+	}
+	*dst = p
 	return nil
 }
 
@@ -381,6 +401,12 @@ func (d *decoder) lease(l *Lease) error {
 			return d.strField(&l.MAC, "mac")
 		case "ip":
 			return d.addrField(&l.IP, "ip")
+		case "ip6":
+			return d.addrField(&l.IP6, "ip6")
+		case "state6":
+			return d.strField((*string)(&l.State6), "state6")
+		case "expires6":
+			return d.timeField(&l.Expires6, "expires6")
 		case "state":
 			return d.strField((*string)(&l.State), "state")
 		case "source":
@@ -453,23 +479,13 @@ func decodeFile(data string) (*File, error) {
 		case "node":
 			return d.strField(&f.Node, "node")
 		case "subnet":
-			if d.null() {
-				return nil
-			}
-			v, err := d.str()
-			if err != nil {
-				return fmt.Errorf("\"subnet\": %w", err)
-			}
-			if v == "" {
-				f.Subnet = netip.Prefix{}
-				return nil
-			}
-			p, err := netip.ParsePrefix(v)
-			if err != nil {
-				return fmt.Errorf("\"subnet\": %w", err)
-			}
-			f.Subnet = p
-			return nil
+			return d.prefixField(&f.Subnet, "subnet")
+		case "subnet6":
+			return d.prefixField(&f.Subnet6, "subnet6")
+		case "gateway6":
+			return d.addrField(&f.Gateway6, "gateway6")
+		case "lastReserved6":
+			return d.addrField(&f.LastReserved6, "lastReserved6")
 		case "gateway":
 			return d.addrField(&f.Gateway, "gateway")
 		case "lastReserved":

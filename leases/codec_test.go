@@ -33,6 +33,7 @@ func FuzzCodecMatchesEncodingJSON(f *testing.F) {
 		`{"version":1,"leases":[{"created":"2026-02-30T17:00:00Z"}]}`,
 		`{"version":1,"leases":[{"hostname":"bad \xff utf8"}]}`,
 		"{\"version\":1}\x00\x00", // trailing NULs: encoding/json refuses them
+		`{"version":1,"subnet":"10.0.0.0/24","gateway":"10.0.0.1","subnet6":"fd00::/64","gateway6":"fd00::1","lastReserved6":"fd00::2","leases":[{"mac":"52:54:00:00:00:01","ip":"10.0.0.2","ip6":"fd00::2","state":"reserved","source":"cni","state6":"bound","expires6":"2026-11-22T18:00:00Z"}]}`,
 	} {
 		f.Add([]byte(s))
 	}

@@ -56,6 +56,20 @@
 // pod's attachment. schema.json in this folder is the JSON Schema of the
 // format.
 //
+// # Dual stack
+//
+// On a node with an IPv6 pod subnet the file also has "subnet6",
+// "gateway6" and "lastReserved6", and each CNI reservation an "ip6" from
+// subnet6, allocated as IPv4 addresses are (round robin, the gateway and
+// the subnet-router anycast address never), and for a VM the DHCPv6
+// server's "state6" ("bound" or "declined", absent while only reserved)
+// and "expires6", independent of the IPv4 "state" and "expires". Dynamic
+// DHCPv4 leases get no ip6. The members are additions to version 1, not a
+// new version: a reader from before them keeps them as members it does not
+// know (below), and an IPv4-only file has none of them. [Snapshot.ByIP]
+// finds a lease by either address. A [Store] opened without [WithSubnet6]
+// hands out no ip6 and leaves the file's IPv6 members as they are.
+//
 // # Forward compatibility
 //
 // During a rolling upgrade binaries of two versions share a node's file (an

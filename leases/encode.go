@@ -55,6 +55,10 @@ func appendLease(b []byte, l *Lease) []byte {
 	b = appendString(b, l.MAC)
 	b = appendField(b, false, "ip")
 	b = appendAddr(b, l.IP)
+	if l.IP6.IsValid() {
+		b = appendField(b, false, "ip6")
+		b = appendAddr(b, l.IP6)
+	}
 	b = appendField(b, false, "state")
 	b = appendString(b, string(l.State))
 	b = appendField(b, false, "source")
@@ -100,6 +104,14 @@ func appendLease(b []byte, l *Lease) []byte {
 		b = appendField(b, false, "expires")
 		b = appendTime(b, l.Expires)
 	}
+	if l.State6 != "" {
+		b = appendField(b, false, "state6")
+		b = appendString(b, string(l.State6))
+	}
+	if !l.Expires6.IsZero() {
+		b = appendField(b, false, "expires6")
+		b = appendTime(b, l.Expires6)
+	}
 	b = appendUnknown(b, false, l.Unknown)
 	return append(b, '}')
 }
@@ -128,6 +140,21 @@ func (f *File) Encode() ([]byte, error) {
 	if f.LastReserved.IsValid() {
 		b = appendField(b, false, "lastReserved")
 		b = appendAddr(b, f.LastReserved)
+	}
+	if f.Subnet6.IsValid() {
+		b = appendField(b, false, "subnet6")
+		b = append(b, '"')
+		b = f.Subnet6.AppendTo(b)
+		b = append(b, '"')
+	}
+	for _, a := range [...]struct {
+		name string
+		v    netip.Addr
+	}{{"gateway6", f.Gateway6}, {"lastReserved6", f.LastReserved6}} {
+		if a.v.IsValid() {
+			b = appendField(b, false, a.name)
+			b = appendAddr(b, a.v)
+		}
 	}
 	b = appendField(b, false, "leases")
 	b = append(b, '[')

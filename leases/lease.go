@@ -83,8 +83,11 @@ func (k Key) String() string { return k.ContainerID + "/" + k.IfName }
 
 // Lease is one address held on the node.
 type Lease struct {
-	MAC         string     `json:"mac"`
-	IP          netip.Addr `json:"ip"`
+	MAC string     `json:"mac"`
+	IP  netip.Addr `json:"ip"`
+	// IP6 is the lease's IPv6 address, from the file's Subnet6, on a
+	// dual-stack node; zero otherwise. Only CNI reservations have one.
+	IP6         netip.Addr `json:"ip6,omitzero"`
 	State       State      `json:"state"`
 	Source      Source     `json:"source"`
 	ContainerID string     `json:"containerID,omitempty"`
@@ -106,6 +109,12 @@ type Lease struct {
 	// Expires is zero for a CNI reservation that no DHCP client has bound:
 	// such a reservation lasts until it is released.
 	Expires time.Time `json:"expires,omitzero"`
+	// State6 is what DHCPv6 made of IP6: empty (reserved: no DHCPv6
+	// client has it), StateBound until Expires6, or StateDeclined
+	// (quarantined) until Expires6. IPv4's State and Expires are
+	// independent of it: a guest may run one client and not the other.
+	State6   State     `json:"state6,omitempty"`
+	Expires6 time.Time `json:"expires6,omitzero"`
 	// Unknown holds a newer writer's members of the lease, which a
 	// rewrite keeps.
 	Unknown UnknownMembers `json:"-"`
@@ -135,7 +144,13 @@ type File struct {
 	Gateway netip.Addr   `json:"gateway"`
 	// LastReserved is the allocator's round-robin cursor.
 	LastReserved netip.Addr `json:"lastReserved,omitzero"`
-	Leases       []Lease    `json:"leases"`
+	// Subnet6 and Gateway6 are the node's IPv6 pod subnet and the
+	// bridge's address in it, on a dual-stack node; LastReserved6 is
+	// their cursor. Zero on an IPv4-only node.
+	Subnet6       netip.Prefix `json:"subnet6,omitzero"`
+	Gateway6      netip.Addr   `json:"gateway6,omitzero"`
+	LastReserved6 netip.Addr   `json:"lastReserved6,omitzero"`
+	Leases        []Lease      `json:"leases"`
 	// Unknown holds a newer writer's top-level members.
 	Unknown UnknownMembers `json:"-"`
 }
@@ -185,6 +200,9 @@ func (f *File) validate() error {
 	if f.Gateway.IsValid() && !f.Subnet.Contains(f.Gateway) {
 		return fmt.Errorf("lease file gateway %s is outside subnet %s", f.Gateway, f.Subnet)
 	}
+	if err := f.validate6(); err != nil {
+		return err
+	}
 	// The format keeps leases sorted by IP; sort a hand-edited file rather
 	// than reject it, then duplicates are neighbours.
 	if !slices.IsSortedFunc(f.Leases, func(a, b Lease) int { return a.IP.Compare(b.IP) }) {
@@ -212,6 +230,48 @@ func (f *File) validate() error {
 		if l.Source == "" {
 			return fmt.Errorf("lease %d has no \"source\"", i)
 		}
+	}
+	return nil
+}
+
+// validate6 checks the IPv6 members: a subnet of its family with host bits
+// clear, its gateway inside it, and every lease's ip6 inside it, not the
+// gateway, and held once.
+func (f *File) validate6() error {
+	if f.Subnet6.IsValid() {
+		if !f.Subnet6.Addr().Is6() || f.Subnet6.Addr().Is4In6() {
+			return fmt.Errorf("lease file subnet6 %s is not an IPv6 prefix", f.Subnet6)
+		}
+		if f.Subnet6 != f.Subnet6.Masked() {
+			return fmt.Errorf("lease file subnet6 %s has host bits set", f.Subnet6)
+		}
+	}
+	if f.Gateway6.IsValid() && !f.Subnet6.Contains(f.Gateway6) {
+		return fmt.Errorf("lease file gateway6 %s is outside subnet6 %s", f.Gateway6, f.Subnet6)
+	}
+	var seen map[netip.Addr]int
+	for i, l := range f.Leases {
+		if !l.IP6.IsValid() {
+			if l.State6 != "" || !l.Expires6.IsZero() {
+				return fmt.Errorf("lease %d has a \"state6\" or \"expires6\" but no \"ip6\"", i)
+			}
+			continue
+		}
+		switch {
+		case !f.Subnet6.IsValid():
+			return fmt.Errorf("lease %d: ip6 %s but the file has no subnet6", i, l.IP6)
+		case !f.Subnet6.Contains(l.IP6):
+			return fmt.Errorf("lease %d: ip6 %s is outside subnet6 %s", i, l.IP6, f.Subnet6)
+		case l.IP6 == f.Gateway6:
+			return fmt.Errorf("lease %d: ip6 %s is the gateway", i, l.IP6)
+		}
+		if seen == nil {
+			seen = make(map[netip.Addr]int)
+		}
+		if j, ok := seen[l.IP6]; ok {
+			return fmt.Errorf("lease %d: ip6 %s is held twice (also by lease %d)", i, l.IP6, j)
+		}
+		seen[l.IP6] = i
 	}
 	return nil
 }

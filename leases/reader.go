@@ -101,12 +101,14 @@ func (s *Snapshot) ByMAC(mac string) (Lease, bool) {
 	return Lease{}, false
 }
 
-// ByIP returns the lease that holds an address, whatever its state, even
+// ByIP returns the lease that holds an address of either family (ip or
+// ip6), whatever its state, even
 // one this version does not know: check [Lease.Known] before using it.
 func (s *Snapshot) ByIP(ip netip.Addr) (Lease, bool) {
 	ip = ip.Unmap()
+	v4 := ip.Is4()
 	for _, l := range s.File.Leases {
-		if l.IP == ip {
+		if (v4 && l.IP == ip) || (!v4 && l.IP6.IsValid() && l.IP6 == ip) {
 			return l, true
 		}
 	}

@@ -46,6 +46,9 @@ type Store struct {
 	lockPath string
 	subnet   netip.Prefix
 	gateway  netip.Addr
+	// subnet6 and gateway6 are zero unless WithSubnet6 gave them.
+	subnet6  netip.Prefix
+	gateway6 netip.Addr
 	node     string
 	now      func() time.Time
 	cache    parseCache
@@ -56,6 +59,14 @@ type Option func(*Store)
 
 // WithNode records the node name in the file.
 func WithNode(name string) Option { return func(s *Store) { s.node = name } }
+
+// WithSubnet6 makes the store dual-stack: each CNI reservation also gets an
+// address of subnet6, which must be an IPv6 prefix of /64 to /120 holding
+// gateway6 (the bridge's address). A store opened without it leaves the
+// file's IPv6 members as they are and hands out no IPv6 address.
+func WithSubnet6(subnet6 netip.Prefix, gateway6 netip.Addr) Option {
+	return func(s *Store) { s.subnet6, s.gateway6 = subnet6, gateway6 }
+}
 
 // WithClock replaces time.Now, for tests.
 func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
@@ -77,6 +88,11 @@ func Open(path string, subnet netip.Prefix, gateway netip.Addr, opts ...Option) 
 	}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.subnet6.IsValid() || s.gateway6.IsValid() {
+		if err := CheckSubnet6(s.subnet6, s.gateway6); err != nil {
+			return nil, err
+		}
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("creating lease folder: %w", err)
@@ -108,6 +124,33 @@ func checkSubnet(subnet netip.Prefix, gateway netip.Addr) error {
 	return nil
 }
 
+// The sizes of IPv6 pod subnet a store takes: a /64 is what a podCIDR is
+// in most clusters (the node IPAM controller's default mask size for IPv6);
+// more than a /120's 255 addresses lets a node run out of none.
+const (
+	MinSubnet6Bits = 64
+	MaxSubnet6Bits = 120
+)
+
+// CheckSubnet6 checks an IPv6 pod subnet and its gateway.
+func CheckSubnet6(subnet6 netip.Prefix, gateway6 netip.Addr) error {
+	switch {
+	case !subnet6.IsValid():
+		return errors.New("subnet6 is not a valid CIDR")
+	case !subnet6.Addr().Is6() || subnet6.Addr().Is4In6():
+		return fmt.Errorf("subnet6 %s is not IPv6", subnet6)
+	case subnet6 != subnet6.Masked():
+		return fmt.Errorf("subnet6 %s has host bits set (did you mean %s?)", subnet6, subnet6.Masked())
+	case subnet6.Bits() < MinSubnet6Bits || subnet6.Bits() > MaxSubnet6Bits:
+		return fmt.Errorf("subnet6 %s: the prefix length must be /%d to /%d", subnet6, MinSubnet6Bits, MaxSubnet6Bits)
+	case !gateway6.IsValid():
+		return fmt.Errorf("gateway6 is not a valid address")
+	case !subnet6.Contains(gateway6) || gateway6 == subnet6.Addr():
+		return fmt.Errorf("gateway6 %s is not a usable address of %s", gateway6, subnet6)
+	}
+	return nil
+}
+
 // sweepTemps removes stale temp files if there are any, taking the lock
 // only then, so the common Open costs one readdir.
 func (s *Store) sweepTemps() {
@@ -125,6 +168,12 @@ func (s *Store) Path() string { return s.path }
 
 // Subnet is the subnet the store allocates from.
 func (s *Store) Subnet() netip.Prefix { return s.subnet }
+
+// Subnet6 returns the store's IPv6 subnet, zero unless WithSubnet6 set it.
+func (s *Store) Subnet6() netip.Prefix { return s.subnet6 }
+
+// Gateway6 returns the store's IPv6 gateway, zero unless WithSubnet6 set it.
+func (s *Store) Gateway6() netip.Addr { return s.gateway6 }
 
 // Gateway is the subnet's gateway, never handed out.
 func (s *Store) Gateway() netip.Addr { return s.gateway }
@@ -192,7 +241,7 @@ func (s *Store) View(fn func(tx *Tx) error) error {
 func (s *Store) loadLocked() (*File, error) {
 	data, f, err := s.cache.read(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return &File{Version: Version, Node: s.node, Subnet: s.subnet, Gateway: s.gateway}, nil
+		return &File{Version: Version, Node: s.node, Subnet: s.subnet, Gateway: s.gateway, Subnet6: s.subnet6, Gateway6: s.gateway6}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading lease file %s: %w", s.path, err)
@@ -209,10 +258,29 @@ func (s *Store) loadLocked() (*File, error) {
 		f.Subnet, f.LastReserved = s.subnet, netip.Addr{}
 	}
 	f.Gateway = s.gateway
+	if s.subnet6.IsValid() {
+		if f.Subnet6 != s.subnet6 {
+			if n := countIP6(f.Leases); n > 0 {
+				return nil, fmt.Errorf("%w: %s holds %d IPv6 addresses of subnet6 %s, not %s", ErrSubnetChanged, s.path, n, f.Subnet6, s.subnet6)
+			}
+			f.Subnet6, f.LastReserved6 = s.subnet6, netip.Addr{}
+		}
+		f.Gateway6 = s.gateway6
+	}
 	if s.node != "" {
 		f.Node = s.node
 	}
 	return f, nil
+}
+
+func countIP6(ls []Lease) int {
+	n := 0
+	for _, l := range ls {
+		if l.IP6.IsValid() {
+			n++
+		}
+	}
+	return n
 }
 
 // writeLocked writes f durably, which it takes over: the cache keeps it as
@@ -323,6 +391,33 @@ func (s *Store) Release(key Key) (l Lease, ok bool, err error) {
 func (s *Store) Bind(mac string, ip netip.Addr, expires time.Time, hostname string) (l Lease, err error) {
 	err = s.Update(func(tx *Tx) error {
 		l, err = tx.Bind(mac, ip, expires, hostname)
+		return err
+	})
+	return l, err
+}
+
+// Bind6 runs [Tx.Bind6] in its own transaction.
+func (s *Store) Bind6(mac string, ip6 netip.Addr, expires time.Time) (l Lease, err error) {
+	err = s.Update(func(tx *Tx) error {
+		l, err = tx.Bind6(mac, ip6, expires)
+		return err
+	})
+	return l, err
+}
+
+// Release6 runs [Tx.Release6] in its own transaction.
+func (s *Store) Release6(mac string, ip6 netip.Addr) (l Lease, ok bool, err error) {
+	err = s.Update(func(tx *Tx) error {
+		l, ok = tx.Release6(mac, ip6)
+		return nil
+	})
+	return l, ok, err
+}
+
+// Decline6 runs [Tx.Decline6] in its own transaction.
+func (s *Store) Decline6(mac string, ip6 netip.Addr, until time.Time) (l Lease, err error) {
+	err = s.Update(func(tx *Tx) error {
+		l, err = tx.Decline6(mac, ip6, until)
 		return err
 	})
 	return l, err

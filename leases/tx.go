@@ -29,6 +29,10 @@ type ReserveRequest struct {
 	Source Source
 	// IP asks for a specific address; zero allocates one.
 	IP netip.Addr
+	// IP6 asks for a specific IPv6 address of a dual-stack store
+	// ([WithSubnet6]); zero allocates one. A CNI reservation of a
+	// dual-stack store always gets one.
+	IP6 netip.Addr
 	// MAC is the client's MAC. When empty and MACFor is set, MACFor
 	// derives it from the allocated address (VM NICs get a stable MAC
 	// derived from their IP). Required for DHCP leases.
@@ -69,7 +73,19 @@ func (tx *Tx) Reserve(req ReserveRequest) (Lease, error) {
 		return Lease{}, err
 	}
 	if i := tx.indexOfOwner(req); i >= 0 {
-		return tx.f.Leases[i].reuseFor(req)
+		l, err := tx.f.Leases[i].reuseFor(req)
+		if err != nil || l.IP6.IsValid() || !tx.dualStack(req) {
+			return l, err
+		}
+		// A reservation made before the node was dual-stack (or by a
+		// plugin of an older vmlane) gets its IPv6 address now.
+		ip6, err := tx.reserve6(req)
+		if err != nil {
+			return Lease{}, err
+		}
+		tx.mustWrite()
+		tx.f.Leases[i].IP6 = ip6
+		return tx.f.Leases[i], nil
 	}
 	// Every lease holds its address, whatever its state: a declined one
 	// until its quarantine ends, one this version does not know until a
@@ -91,9 +107,18 @@ func (tx *Tx) Reserve(req ReserveRequest) (Lease, error) {
 	if err != nil {
 		return Lease{}, err
 	}
+	var ip6 netip.Addr
+	if tx.dualStack(req) {
+		if ip6, err = tx.reserve6(req); err != nil {
+			return Lease{}, err
+		}
+	} else if req.IP6.IsValid() {
+		return Lease{}, fmt.Errorf("requested ip6 %s, but the lease store has no IPv6 subnet (no subnet6 in the network config)", req.IP6)
+	}
 	l := Lease{
 		MAC:         mac,
 		IP:          ip,
+		IP6:         ip6,
 		State:       StateReserved,
 		Source:      req.Source,
 		ContainerID: req.Key.ContainerID,
@@ -154,6 +179,9 @@ func (l Lease) reuseFor(req ReserveRequest) (Lease, error) {
 	}
 	if req.IP.IsValid() && req.IP != l.IP {
 		return Lease{}, fmt.Errorf("%w: %s already holds %s, the request asks for %s", ErrConflict, describe(l), l.IP, req.IP)
+	}
+	if req.IP6.IsValid() && l.IP6.IsValid() && req.IP6 != l.IP6 {
+		return Lease{}, fmt.Errorf("%w: %s already holds %s, the request asks for %s", ErrConflict, describe(l), l.IP6, req.IP6)
 	}
 	if req.MAC != "" && l.MAC != "" && req.MAC != l.MAC {
 		return Lease{}, fmt.Errorf("%w: %s already holds %s with MAC %s, the request asks for MAC %s", ErrConflict, describe(l), l.IP, l.MAC, req.MAC)
@@ -218,6 +246,47 @@ func (tx *Tx) allocate(req ReserveRequest, held map[netip.Addr]*Lease) (netip.Ad
 		return netip.Addr{}, fmt.Errorf("subnet %s is full (pool %s, %d leases held): %w", f.Subnet, pool, len(held), ErrExhausted)
 	}
 	return ip, nil
+}
+
+// dualStack reports whether req gets an IPv6 address: a CNI reservation in
+// a store opened WithSubnet6. (DHCPv6 serves CNI reservations only, so a
+// dynamic DHCPv4 lease gets none.)
+func (tx *Tx) dualStack(req ReserveRequest) bool {
+	return req.Source == SourceCNI && tx.s != nil && tx.s.subnet6.IsValid()
+}
+
+// reserve6 picks the IPv6 address of a new reservation: the requested one
+// if it is free, else the next free one after LastReserved6, round robin
+// as for IPv4, never the gateway or the subnet-router anycast address.
+func (tx *Tx) reserve6(req ReserveRequest) (netip.Addr, error) {
+	f := tx.f
+	held := make(map[netip.Addr]*Lease)
+	for i := range f.Leases {
+		if f.Leases[i].IP6.IsValid() {
+			held[f.Leases[i].IP6] = &f.Leases[i]
+		}
+	}
+	pool := poolOf(f.Subnet6)
+	if want := req.IP6; want.IsValid() {
+		switch {
+		case !f.Subnet6.Contains(want):
+			return want, fmt.Errorf("requested ip6 %s is outside subnet6 %s", want, f.Subnet6)
+		case want == f.Gateway6:
+			return want, fmt.Errorf("requested ip6 %s is the gateway of %s", want, f.Subnet6)
+		case !pool.contains(want):
+			return want, fmt.Errorf("requested ip6 %s is the subnet-router anycast address of %s", want, f.Subnet6)
+		case held[want] != nil:
+			return want, fmt.Errorf("requested ip6 %s: %w by %s", want, ErrInUse, describe(*held[want]))
+		}
+		return want, nil
+	}
+	isHeld := func(a netip.Addr) bool { return held[a] != nil || a == f.Gateway6 }
+	ip6, ok := allocate(pool, f.LastReserved6, Pool{}, isHeld, len(held)+1)
+	if !ok {
+		return netip.Addr{}, fmt.Errorf("subnet6 %s is full (%d leases hold an address of it): %w", f.Subnet6, len(held), ErrExhausted)
+	}
+	f.LastReserved6 = ip6
+	return ip6, nil
 }
 
 // macFor is the new lease's MAC: req's, or the one req.MACFor derives from
@@ -330,19 +399,34 @@ func (tx *Tx) ByMAC(mac string) (Lease, bool) {
 	return Lease{}, false
 }
 
-// ByIP returns the lease that holds an address, whatever it is: declined,
-// or of a state or source this version does not know ([Lease.Known]).
+// ByIP returns the lease that holds an address of either family, whatever
+// it is: declined, or of a state or source this version does not know
+// ([Lease.Known]).
 func (tx *Tx) ByIP(ip netip.Addr) (Lease, bool) {
-	if i := tx.indexOfIP(ip); i >= 0 {
+	if i := tx.indexOfAddr(ip); i >= 0 {
 		return tx.f.Leases[i], true
 	}
 	return Lease{}, false
 }
 
+// indexOfIP finds the lease whose IPv4 address is ip, or -1.
 func (tx *Tx) indexOfIP(ip netip.Addr) int {
 	ip = ip.Unmap()
 	for i, l := range tx.f.Leases {
 		if l.IP == ip {
+			return i
+		}
+	}
+	return -1
+}
+
+// indexOfAddr finds the lease that holds ip, of either family, or -1.
+func (tx *Tx) indexOfAddr(ip netip.Addr) int {
+	if ip = ip.Unmap(); ip.Is4() {
+		return tx.indexOfIP(ip)
+	}
+	for i, l := range tx.f.Leases {
+		if l.IP6 == ip {
 			return i
 		}
 	}
@@ -501,8 +585,15 @@ func (tx *Tx) Expire() []Lease {
 		return l.Source != SourceCNI
 	})
 	for i := range tx.f.Leases {
-		if l := &tx.f.Leases[i]; l.Expired(tx.now) && l.Known() {
+		l := &tx.f.Leases[i]
+		if l.Expired(tx.now) && l.Known() {
 			l.State, l.Expires = StateReserved, time.Time{}
+		}
+		if l.Known() && !l.Expires6.IsZero() && !tx.now.Before(l.Expires6) {
+			// A DHCPv6 binding or quarantine that ended: the address is
+			// the reservation's again.
+			changed = append(changed, *l)
+			l.State6, l.Expires6 = "", time.Time{}
 		}
 	}
 	if len(changed) > 0 {
@@ -563,4 +654,101 @@ func rangeSize(first, last netip.Addr) uint64 {
 	x := uint64(a[12])<<24 | uint64(a[13])<<16 | uint64(a[14])<<8 | uint64(a[15])
 	y := uint64(b[12])<<24 | uint64(b[13])<<16 | uint64(b[14])<<8 | uint64(b[15])
 	return y - x + 1
+}
+
+// indexOfIP6 finds the live lease whose IPv6 address is ip6 (a state and
+// source this version knows), or -1.
+func (tx *Tx) indexOfIP6(ip6 netip.Addr) int {
+	for i, l := range tx.f.Leases {
+		if l.IP6.IsValid() && l.IP6 == ip6 {
+			return i
+		}
+	}
+	return -1
+}
+
+// ByMAC6 returns the lease a DHCPv6 client with this MAC is served from: a
+// live lease of the MAC that has an IPv6 address, whatever its IPv6 state
+// (the caller checks State6 for a quarantine).
+func (tx *Tx) ByMAC6(mac string) (Lease, bool) {
+	l, ok := tx.ByMAC(mac)
+	if !ok || !l.IP6.IsValid() {
+		return Lease{}, false
+	}
+	return l, true
+}
+
+// Bind6 records that the DHCPv6 server gave ip6 to mac until expires
+// (REPLY to a REQUEST, RENEW or REBIND). The address must be the IPv6
+// address of mac's lease and not quarantined.
+func (tx *Tx) Bind6(mac string, ip6 netip.Addr, expires time.Time) (Lease, error) {
+	mac, err := NormalizeMAC(mac)
+	if err != nil {
+		return Lease{}, err
+	}
+	i := tx.indexOfIP6(ip6)
+	if i < 0 {
+		return Lease{}, fmt.Errorf("binding %s to %s: %w", ip6, mac, ErrNotFound)
+	}
+	l := &tx.f.Leases[i]
+	switch {
+	case !l.Known():
+		return Lease{}, fmt.Errorf("binding %s to %s: %w: it is held by %s", ip6, mac, ErrConflict, describe(*l))
+	case l.MAC != mac:
+		return Lease{}, fmt.Errorf("binding %s to %s: %w: it is held for MAC %q", ip6, mac, ErrConflict, l.MAC)
+	case l.State6 == StateDeclined:
+		return Lease{}, fmt.Errorf("binding %s to %s: %w: the address is quarantined until %s", ip6, mac, ErrConflict, l.Expires6.Format(time.RFC3339))
+	}
+	expires = normTime(expires)
+	if l.State6 != StateBound || !l.Expires6.Equal(expires) {
+		tx.mustWrite()
+		l.State6, l.Expires6 = StateBound, expires
+	}
+	return *l, nil
+}
+
+// Release6 handles a DHCPv6 client giving up ip6 (RELEASE): the address
+// stays the reservation's, no longer bound. ok is false when mac holds no
+// binding of ip6.
+func (tx *Tx) Release6(mac string, ip6 netip.Addr) (Lease, bool) {
+	mac, err := NormalizeMAC(mac)
+	if err != nil {
+		return Lease{}, false
+	}
+	i := tx.indexOfIP6(ip6)
+	if i < 0 {
+		return Lease{}, false
+	}
+	l := &tx.f.Leases[i]
+	if !l.Known() || l.MAC != mac || l.State6 != StateBound {
+		return Lease{}, false
+	}
+	tx.mustWrite()
+	l.State6, l.Expires6 = "", time.Time{}
+	return *l, true
+}
+
+// Decline6 quarantines ip6 until until, because the client mac found it in
+// use on the link (DECLINE, RFC 8415 §18.3.8). The reservation keeps the
+// address (it is the VM's; CNI DEL still releases it) but DHCPv6 does not
+// hand it out until the quarantine ends.
+func (tx *Tx) Decline6(mac string, ip6 netip.Addr, until time.Time) (Lease, error) {
+	mac, err := NormalizeMAC(mac)
+	if err != nil {
+		return Lease{}, err
+	}
+	i := tx.indexOfIP6(ip6)
+	if i < 0 {
+		return Lease{}, fmt.Errorf("decline of %s: %w", ip6, ErrNotFound)
+	}
+	l := &tx.f.Leases[i]
+	switch {
+	case !l.Known():
+		return Lease{}, fmt.Errorf("decline of %s: %w: it is held by %s", ip6, ErrConflict, describe(*l))
+	case l.MAC != mac:
+		return Lease{}, fmt.Errorf("decline of %s from %s: %w: it is held for MAC %q", ip6, mac, ErrConflict, l.MAC)
+	}
+	tx.mustWrite()
+	l.State6, l.Expires6 = StateDeclined, normTime(until)
+	return *l, nil
 }
