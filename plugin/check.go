@@ -29,7 +29,6 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 		if err != nil {
 			return err
 		}
-		addr := want.Addr
 		store, err := c.store()
 		if err != nil {
 			return err
@@ -42,8 +41,8 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 		if !ok {
 			return fmt.Errorf("no lease for attachment %s", key)
 		}
-		if l.IP != addr.Addr() {
-			return fmt.Errorf("lease of %s holds %s, the result says %s", key, l.IP, addr.Addr())
+		if err := compareLeaseAddrs(key, l, want.Addrs); err != nil {
+			return err
 		}
 		if want.Tap != nil && l.MAC != want.Tap.MAC {
 			return fmt.Errorf("lease of %s has MAC %s, the result says %s", key, l.MAC, want.Tap.MAC)
@@ -59,6 +58,18 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 		}
 		return compareAttachment(o, want)
 	})
+}
+
+// compareLeaseAddrs checks that the attachment's lease holds the addresses
+// the result names (IPv4, then IPv6 on a dual-stack network).
+func compareLeaseAddrs(key leases.Key, l leases.Lease, addrs []netip.Prefix) error {
+	if l.IP != addrs[0].Addr() {
+		return fmt.Errorf("lease of %s holds %s, the result says %s", key, l.IP, addrs[0].Addr())
+	}
+	if len(addrs) > 1 && l.IP6 != addrs[1].Addr() {
+		return fmt.Errorf("lease of %s holds IPv6 address %v, the result says %s", key, l.IP6, addrs[1].Addr())
+	}
+	return nil
 }
 
 // checkGuard reports a port whose anti-spoofing identity is not exactly
@@ -90,8 +101,12 @@ func expectedFromResult(r *current.Result, c *Config, args *skel.CmdArgs) (Expec
 	if c.VM {
 		n = 4
 	}
-	if len(r.Interfaces) != n || len(r.IPs) != 1 {
-		return bad(fmt.Sprintf("want %d interfaces and 1 IP, got %d and %d", n, len(r.Interfaces), len(r.IPs)))
+	nIPs := 1
+	if c.DualStack() {
+		nIPs = 2
+	}
+	if len(r.Interfaces) != n || len(r.IPs) != nIPs {
+		return bad(fmt.Sprintf("want %d interfaces and %d IPs, got %d and %d", n, nIPs, len(r.Interfaces), len(r.IPs)))
 	}
 	get := func(i int) Link {
 		x := r.Interfaces[i]
@@ -106,12 +121,19 @@ func expectedFromResult(r *current.Result, c *Config, args *skel.CmdArgs) (Expec
 	if a.PodVeth.Name != args.IfName {
 		return bad(fmt.Sprintf("pod interface is %q, CNI_IFNAME is %q", a.PodVeth.Name, args.IfName))
 	}
-	ip, ok := netip.AddrFromSlice(r.IPs[0].Address.IP)
-	if !ok {
-		return bad("no address")
+	for i, rip := range r.IPs {
+		ip, ok := netip.AddrFromSlice(rip.Address.IP)
+		if !ok {
+			return bad("no address")
+		}
+		ip = ip.Unmap()
+		// IPv4 first, then IPv6, as ADD lists them.
+		if ip.Is4() != (i == 0) {
+			return bad(fmt.Sprintf("address %d is %s", i, ip))
+		}
+		ones, _ := rip.Address.Mask.Size()
+		want.Addrs = append(want.Addrs, netip.PrefixFrom(ip, ones))
 	}
-	ones, _ := r.IPs[0].Address.Mask.Size()
-	want.Addr = netip.PrefixFrom(ip.Unmap(), ones)
 	for _, rt := range r.Routes {
 		dst, ok := netip.AddrFromSlice(rt.Dst.IP)
 		if !ok {

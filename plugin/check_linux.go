@@ -9,6 +9,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // Observe reads the attachment's links from the kernel: the host veth in
@@ -61,12 +62,12 @@ func observeLink(name string, tc bool) (*LinkState, error) {
 		}
 		s.Master = m.Attrs().Name
 	}
-	addrs, err := netlinksafe.AddrList(l, netlink.FAMILY_V4)
+	addrs, err := netlinksafe.AddrList(l, netlink.FAMILY_ALL)
 	if err != nil {
 		return nil, fmt.Errorf("addresses of %s: %w", name, err)
 	}
 	for _, ad := range addrs {
-		if p, ok := netip.AddrFromSlice(ad.IP); ok {
+		if p, ok := netip.AddrFromSlice(ad.IP); ok && !(p.Is6() && p.IsLinkLocalUnicast()) {
 			ones, _ := ad.Mask.Size()
 			s.Addrs = append(s.Addrs, netip.PrefixFrom(p.Unmap(), ones))
 		}
@@ -89,9 +90,19 @@ func routesOf(l netlink.Link) ([]Route, error) {
 	if err != nil {
 		return nil, err
 	}
+	rs6, err := netlinksafe.RouteList(l, netlink.FAMILY_V6)
+	if err != nil {
+		return nil, err
+	}
 	var out []Route
-	for _, r := range rs {
+	for _, r := range append(rs, rs6...) {
 		route := Route{Dst: netip.PrefixFrom(netip.IPv4Unspecified(), 0)}
+		if r.Family == netlink.FAMILY_V6 {
+			if r.Protocol == unix.RTPROT_RA {
+				continue
+			}
+			route.Dst = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
+		}
 		if r.Dst != nil {
 			ip, ok := netip.AddrFromSlice(r.Dst.IP)
 			if !ok {
@@ -99,6 +110,9 @@ func routesOf(l netlink.Link) ([]Route, error) {
 			}
 			ones, _ := r.Dst.Mask.Size()
 			route.Dst = netip.PrefixFrom(ip.Unmap(), ones)
+			if route.Dst.Addr().Is6() && (route.Dst.Addr().IsLinkLocalUnicast() || route.Dst.Addr().IsMulticast()) {
+				continue
+			}
 		}
 		if gw, ok := netip.AddrFromSlice(r.Gw); ok {
 			route.Via = gw.Unmap()

@@ -494,3 +494,49 @@ func TestPlainPodReachesGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestDualStackPodsReachEachOther: two plain pods of a dual-stack network
+// get both addresses, usable at once (no DAD wait), ping the IPv6 gateway
+// and each other by IPv6, and CHECK and DEL cover both families.
+func TestDualStackPodsReachEachOther(t *testing.T) {
+	n := newNode(t, "10.250.12.0/24")
+	privtest.Require(t, "ping")
+	list := n.conf("1.1.0", false, map[string]any{"subnet6": "fd00:250:12::/64"})
+	pods := []*netnstest.NS{netnstest.New(t, "pod"), netnstest.New(t, "pod")}
+	var results []*current.Result
+	for i, pod := range pods {
+		r, err := n.add(list, podRT(fmt.Sprintf("d%d", i), pod))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.IPs) != 2 || r.IPs[1].Address.String() != fmt.Sprintf("fd00:250:12::%d/64", i+2) {
+			t.Fatalf("result IPs %v, want the IPv4 address and fd00:250:12::%d/64", r.IPs, i+2)
+		}
+		results = append(results, r)
+	}
+	// No DAD: the address is not tentative the moment ADD returns.
+	if out := pods[0].MustRun(t, "ip", "-6", "addr", "show", "dev", "eth0", "scope", "global"); strings.Contains(out, "tentative") || !strings.Contains(out, "fd00:250:12::2/64") {
+		t.Fatalf("pod's IPv6 address is missing or tentative:\n%s", out)
+	}
+	if out := pods[0].MustRun(t, "ip", "-6", "route", "show", "default"); !strings.Contains(out, "via fd00:250:12::1 dev eth0") {
+		t.Errorf("pod's IPv6 default route:\n%s", out)
+	}
+	for _, dst := range []string{"fd00:250:12::1", results[1].IPs[1].Address.IP.String()} {
+		if out, err := pods[0].Run("ping", "-6", "-c", "2", "-W", "2", dst); err != nil {
+			t.Errorf("pod cannot ping %s: %v\n%s", dst, err, out)
+		}
+	}
+	for i, pod := range pods {
+		rt := podRT(fmt.Sprintf("d%d", i), pod)
+		if err := n.check(list, rt); err != nil {
+			t.Errorf("CHECK: %v", err)
+		}
+		if err := n.del(list, rt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ls := n.leaseList(); len(ls) != 0 {
+		t.Errorf("leases after DEL: %v", ls)
+	}
+	n.assertClean(pods...)
+}

@@ -47,9 +47,14 @@ type DNS struct {
 // NetConf is the vmlane network config (one entry of a conflist).
 type NetConf struct {
 	types.PluginConf
-	Bridge    string `json:"bridge,omitempty"`
-	Subnet    string `json:"subnet"`
-	Gateway   string `json:"gateway,omitempty"`
+	Bridge  string `json:"bridge,omitempty"`
+	Subnet  string `json:"subnet"`
+	Gateway string `json:"gateway,omitempty"`
+	// Subnet6 is the node's IPv6 pod CIDR on a dual-stack node; each
+	// attachment then gets an address of it too. Gateway6 defaults to
+	// its first address.
+	Subnet6   string `json:"subnet6,omitempty"`
+	Gateway6  string `json:"gateway6,omitempty"`
 	MTU       int    `json:"mtu,omitempty"`
 	LeaseFile string `json:"leaseFile,omitempty"`
 	VM        bool   `json:"vm,omitempty"`
@@ -97,12 +102,19 @@ type Config struct {
 	Guard        bool
 	SubnetPrefix netip.Prefix
 	GatewayAddr  netip.Addr
-	Exclude      leases.Pool
-	Lease        time.Duration
-	// MAC and IP are the runtime's requests (zero when none).
+	// Subnet6Prefix and Gateway6Addr are zero on an IPv4-only network.
+	Subnet6Prefix netip.Prefix
+	Gateway6Addr  netip.Addr
+	Exclude       leases.Pool
+	Lease         time.Duration
+	// MAC, IP and IP6 are the runtime's requests (zero when none).
 	MAC string
 	IP  netip.Addr
+	IP6 netip.Addr
 }
+
+// DualStack reports whether the network gives IPv6 addresses too.
+func (c *Config) DualStack() bool { return c.Subnet6Prefix.IsValid() }
 
 // configError is a bad config field: CNI code 7 naming field and value.
 func configError(field string, value any, why string) *types.Error {
@@ -175,6 +187,9 @@ func ParseConfig(stdin []byte, defaultMTU func() int) (*Config, error) {
 		}
 		c.GatewayAddr = gw
 	}
+	if err := c.parseSubnet6(); err != nil {
+		return nil, err
+	}
 	if c.MTU == 0 && defaultMTU != nil {
 		c.MTU = defaultMTU()
 	}
@@ -219,8 +234,14 @@ func ParseConfig(stdin []byte, defaultMTU func() int) (*Config, error) {
 		if err != nil {
 			return nil, configError("runtimeConfig.ips", s, "not an IP address")
 		}
-		if !a.Is4() {
-			continue // an IPv6 request is for another plugin of the chain
+		if a = a.Unmap(); a.Is6() {
+			if !c.DualStack() {
+				continue // an IPv6 request is for another plugin of the chain
+			}
+			if err := c.requestIP6(s, a); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		if !p.Contains(a) {
 			return nil, configError("runtimeConfig.ips", s, "is outside subnet "+c.Subnet)
@@ -234,6 +255,57 @@ func ParseConfig(stdin []byte, defaultMTU func() int) (*Config, error) {
 		c.IP = a
 	}
 	return c, nil
+}
+
+// parseSubnet6 checks subnet6 and gateway6 (the IPv6 side of a dual-stack
+// network): absent, or an IPv6 prefix of /64 to /120 and an address of it.
+func (c *Config) parseSubnet6() error {
+	if c.Subnet6 == "" {
+		if c.Gateway6 != "" {
+			return configError("gateway6", c.Gateway6, "needs subnet6")
+		}
+		return nil
+	}
+	p, err := netip.ParsePrefix(c.Subnet6)
+	if err != nil {
+		return configError("subnet6", c.Subnet6, "not a CIDR")
+	}
+	switch {
+	case !p.Addr().Is6() || p.Addr().Is4In6():
+		return configError("subnet6", c.Subnet6, "must be IPv6 (the IPv4 pod CIDR goes in subnet)")
+	case p != p.Masked():
+		return configError("subnet6", c.Subnet6, fmt.Sprintf("has host bits set (did you mean %s?)", p.Masked()))
+	case p.Bits() < leases.MinSubnet6Bits:
+		return configError("subnet6", c.Subnet6, fmt.Sprintf("is larger than /%d: a node's IPv6 pod CIDR is a /%d or smaller", leases.MinSubnet6Bits, leases.MinSubnet6Bits))
+	case p.Bits() > leases.MaxSubnet6Bits:
+		return configError("subnet6", c.Subnet6, fmt.Sprintf("is smaller than /%d", leases.MaxSubnet6Bits))
+	}
+	c.Subnet6Prefix, c.Gateway6Addr = p, p.Addr().Next()
+	if c.Gateway6 != "" {
+		gw, err := netip.ParseAddr(c.Gateway6)
+		if err != nil {
+			return configError("gateway6", c.Gateway6, "not an IP address")
+		}
+		if !p.Contains(gw) || gw == p.Addr() {
+			return configError("gateway6", c.Gateway6, "is not a usable address of subnet6 "+c.Subnet6)
+		}
+		c.Gateway6Addr = gw
+	}
+	return nil
+}
+
+// requestIP6 takes a runtime's IPv6 request (s, parsed as a).
+func (c *Config) requestIP6(s string, a netip.Addr) error {
+	switch {
+	case !c.Subnet6Prefix.Contains(a):
+		return configError("runtimeConfig.ips", s, "is outside subnet6 "+c.Subnet6)
+	case a == c.Subnet6Prefix.Addr() || a == c.Gateway6Addr:
+		return configError("runtimeConfig.ips", s, "is the subnet-router anycast or gateway address of "+c.Subnet6)
+	case c.IP6.IsValid():
+		return configError("runtimeConfig.ips", s, "asks for a second IPv6 address; vmlane gives one per attachment")
+	}
+	c.IP6 = a
+	return nil
 }
 
 func parseIPOrCIDR(s string) (netip.Addr, error) {

@@ -61,6 +61,38 @@ func (f *fakeDataplane) EnsureBridge(name string, gw netip.Prefix, mtu int, mac 
 	return Link{Name: name, MAC: mac, MTU: mtu}, nil
 }
 
+func (f *fakeDataplane) EnableForwarding6() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	before, after := f.enterLocked("EnableForwarding6")
+	if before != nil {
+		return before
+	}
+	f.forwarding6 = true
+	return after
+}
+
+func (f *fakeDataplane) EnsureBridgeAddr(name string, gw netip.Prefix) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	before, after := f.enterLocked("EnsureBridgeAddr", name, gw)
+	if before != nil {
+		return before
+	}
+	l := f.links[fakeLinkKey{"", name}]
+	switch {
+	case l == nil:
+		return errors.New("Link not found")
+	case l.kind != "bridge":
+		return &bridge.NotBridgeError{Name: name, Type: l.kind}
+	}
+	l.addrs = slices.DeleteFunc(l.addrs, func(a netip.Prefix) bool { return a.Addr().Is6() == gw.Addr().Is6() && a != gw })
+	if !slices.Contains(l.addrs, gw) {
+		l.addrs = append(l.addrs, gw)
+	}
+	return after
+}
+
 func (f *fakeDataplane) EnableForwarding() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -114,7 +146,11 @@ func (f *fakeDataplane) ConfigureAddress(netns, podIf string, addr netip.Prefix,
 	if !slices.Contains(l.addrs, addr) {
 		l.addrs = append(l.addrs, addr)
 	}
-	l.gateway = gw
+	if gw.Is6() {
+		l.gateway6 = gw
+	} else {
+		l.gateway = gw
+	}
 	return after
 }
 
@@ -273,6 +309,9 @@ func (f *fakeDataplane) stateLocked(netns, name string) *LinkState {
 	}
 	if l.gateway.IsValid() {
 		s.Routes = append(s.Routes, Route{Dst: netip.PrefixFrom(netip.IPv4Unspecified(), 0), Via: l.gateway})
+	}
+	if l.gateway6.IsValid() {
+		s.Routes = append(s.Routes, Route{Dst: netip.PrefixFrom(netip.IPv6Unspecified(), 0), Via: l.gateway6})
 	}
 	sortRoutes(s.Routes)
 	s.Redirects = slices.Clone(l.redirects)

@@ -33,6 +33,9 @@ func (f *fakeDataplane) state() []string {
 	if f.forwarding {
 		out = append(out, "sysctl -w net.ipv4.ip_forward=1")
 	}
+	if f.forwarding6 {
+		out = append(out, "sysctl -w net.ipv6.conf.all.forwarding=1")
+	}
 	for k, l := range f.links {
 		ip, tc := "ip ", "tc "
 		if k.netns != "" {
@@ -75,6 +78,9 @@ func (f *fakeDataplane) state() []string {
 		}
 		if l.gateway.IsValid() {
 			out = append(out, ip+"route add default via "+l.gateway.String()+" dev "+k.name)
+		}
+		if l.gateway6.IsValid() {
+			out = append(out, ip+"-6 route add default via "+l.gateway6.String()+" dev "+k.name)
 		}
 		if l.ingress {
 			out = append(out, tc+"qdisc add dev "+k.name+" ingress")

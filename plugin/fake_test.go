@@ -30,13 +30,15 @@ type fakeDataplane struct {
 	mu         sync.Mutex
 	defaultMTU int
 	forwarding bool
-	netns      map[string]bool // pod netns paths that exist
-	links      map[fakeLinkKey]*fakeLink
-	guards     map[string]antispoof.Port // by port name
-	guardErr   error                     // what Guard returns, if set
-	calls      []string
-	counts     map[string]int
-	faults     map[string]*fakeFault
+	// forwarding6 is net.ipv6.conf.all.forwarding.
+	forwarding6 bool
+	netns       map[string]bool // pod netns paths that exist
+	links       map[fakeLinkKey]*fakeLink
+	guards      map[string]antispoof.Port // by port name
+	guardErr    error                     // what Guard returns, if set
+	calls       []string
+	counts      map[string]int
+	faults      map[string]*fakeFault
 }
 
 // fakeLinkKey names a link: netns "" is the host's.
@@ -56,6 +58,7 @@ type fakeLink struct {
 	quiet    bool // addrgenmode none
 	addrs    []netip.Prefix
 	gateway  netip.Addr  // default route via
+	gateway6 netip.Addr  // IPv6 default route via
 	peer     fakeLinkKey // veth only
 	tapFlags string      // tuntap only
 	ingress  bool        // has an ingress qdisc

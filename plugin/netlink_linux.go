@@ -59,6 +59,17 @@ func (netlinkDataplane) EnsureBridge(name string, gw netip.Prefix, mtu int, mac 
 	return Link{Name: name, MAC: got, MTU: mtu}, nil
 }
 
+func (netlinkDataplane) EnsureBridgeAddr(name string, gw netip.Prefix) error {
+	return bridge.EnsureAddr(name, gw)
+}
+
+// EnableForwarding6 sets net.ipv6.conf.all.forwarding in the host netns,
+// writing only when it is off.
+func (netlinkDataplane) EnableForwarding6() error {
+	_, err := sysctl.EnsureForwarding(sysctl.Proc{}, sysctl.LinuxIPv6Forwarding)
+	return err
+}
+
 // EnableForwarding sets net.ipv4.ip_forward in the netns the plugin runs
 // in (the host's), writing only when it is off.
 func (netlinkDataplane) EnableForwarding() error {
@@ -136,7 +147,10 @@ func (netlinkDataplane) ConfigureAddress(netnsPath, podIf string, addr netip.Pre
 		if err != nil {
 			return err
 		}
-		a := &netlink.Addr{IPNet: &net.IPNet{IP: addr.Addr().AsSlice(), Mask: net.CIDRMask(addr.Bits(), 32)}}
+		a := &netlink.Addr{IPNet: &net.IPNet{IP: addr.Addr().AsSlice(), Mask: net.CIDRMask(addr.Bits(), addr.Addr().BitLen())}}
+		if addr.Addr().Is6() {
+			a.Flags = unix.IFA_F_NODAD
+		}
 		if err := netlink.AddrAdd(l, a); err != nil && !errors.Is(err, syscall.EEXIST) {
 			return fmt.Errorf("adding address: %w", err)
 		}

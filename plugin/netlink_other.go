@@ -17,9 +17,13 @@ type unsupported struct{}
 
 func newDataplane() dataplane { return unsupported{} }
 
-func (unsupported) DefaultMTU() int           { return 0 }
-func (unsupported) CheckNetns(string) error   { return errUnsupported }
-func (unsupported) EnableForwarding() error   { return errUnsupported }
+func (unsupported) DefaultMTU() int          { return 0 }
+func (unsupported) CheckNetns(string) error  { return errUnsupported }
+func (unsupported) EnableForwarding() error  { return errUnsupported }
+func (unsupported) EnableForwarding6() error { return errUnsupported }
+func (unsupported) EnsureBridgeAddr(string, netip.Prefix) error {
+	return errUnsupported
+}
 func (unsupported) BridgeStatus(string) error { return errUnsupported }
 func (unsupported) EnsureBridge(string, netip.Prefix, int, string) (Link, error) {
 	return Link{}, errUnsupported

@@ -23,10 +23,12 @@ type LinkState struct {
 	MAC string
 	MTU int
 	Up  bool
-	// Addrs are its IPv4 addresses.
+	// Addrs are its IPv4 and global IPv6 addresses (IPv6 link-local
+	// ones, which the kernel makes on its own, are left out).
 	Addrs []netip.Prefix
-	// Routes are the IPv4 routes of the main table out of this link,
-	// sorted by Route.String.
+	// Routes are the routes of the main table out of this link, sorted
+	// by Route.String: IPv4, and IPv6 but for link-local destinations and
+	// what router advertisements taught the kernel.
 	Routes []Route
 	// Redirects are the links its ingress traffic is redirected to by a
 	// match-all tc filter with a mirred egress redirect, by name, in the
@@ -35,7 +37,7 @@ type LinkState struct {
 	Redirects []string
 }
 
-// Route is one IPv4 route out of a link: to Dst, via Via when it has a
+// Route is one route out of a link: to Dst, via Via when it has a
 // next hop (the kernel's connected route of an address has none).
 type Route struct {
 	Dst netip.Prefix
@@ -67,9 +69,9 @@ type Observed struct {
 // from the previous result.
 type Expected struct {
 	Attached
-	// Addr is the pod's address (on the pod veth of a plain pod; a VM
-	// pod's guest holds it).
-	Addr netip.Prefix
+	// Addrs are the pod's addresses, IPv4 then (dual stack) IPv6 (on the
+	// pod veth of a plain pod; a VM pod's guest holds them).
+	Addrs []netip.Prefix
 	// Routes are the result's routes, each out of the pod veth of a
 	// plain pod.
 	Routes []Route
@@ -106,8 +108,10 @@ func compareAttachment(o Observed, want Expected) error {
 	errs = append(errs, compareKindUp("pod veth", want.PodVeth.Name, pod, "veth", "veth")...)
 	errs = append(errs, compareLink("pod veth", pod, want.PodVeth, true)...)
 	if want.Tap == nil {
-		if !slices.Contains(pod.Addrs, want.Addr) {
-			errs = append(errs, fmt.Errorf("%s does not have address %s (has %v)", want.PodVeth.Name, want.Addr, pod.Addrs))
+		for _, a := range want.Addrs {
+			if !slices.Contains(pod.Addrs, a) {
+				errs = append(errs, fmt.Errorf("%s does not have address %s (has %v)", want.PodVeth.Name, a, pod.Addrs))
+			}
 		}
 		for _, r := range want.Routes {
 			if !slices.Contains(pod.Routes, r) {

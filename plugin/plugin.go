@@ -34,15 +34,21 @@ type dataplane interface {
 	// CIDR is replaced). A link of that name that is not a bridge is a
 	// *bridge.NotBridgeError.
 	EnsureBridge(name string, gw netip.Prefix, mtu int, mac string) (Link, error)
+	// EnsureBridgeAddr makes gw the bridge's only address of its family
+	// but link-local ones (a dual-stack bridge's IPv6 gateway).
+	EnsureBridgeAddr(name string, gw netip.Prefix) error
 	// EnableForwarding turns on IPv4 forwarding in the host netns.
 	EnableForwarding() error
+	// EnableForwarding6 turns on IPv6 forwarding in the host netns.
+	EnableForwarding6() error
 	// SetupVeth creates the veth pair: hostIf on bridge in this netns,
 	// podIf in netns, both up with mtu. podMAC, if set, is the pod end's
 	// MAC. quiet keeps the pod end from sending anything of its own (no
 	// IPv6 link-local), as in VM mode where the guest is the only sender.
 	SetupVeth(netns, podIf, hostIf, bridge string, mtu int, podMAC string, quiet bool) (host, pod Link, err error)
 	// ConfigureAddress puts addr on podIf in netns and a default route via
-	// gw.
+	// gw, for either family; an IPv6 address skips duplicate address
+	// detection (the lease store is what keeps it unique).
 	ConfigureAddress(netns, podIf string, addr netip.Prefix, gw netip.Addr) error
 	// SetupTap creates the TAP in netns and joins it to podIf with tc
 	// ingress + mirred egress redirect in both directions.
@@ -103,7 +109,11 @@ func (p *Plugin) run(verb string, args *skel.CmdArgs, fn func(c *Config, log *sl
 }
 
 func (c *Config) store() (*leases.Store, error) {
-	s, err := leases.Open(c.LeaseFile, c.SubnetPrefix, c.GatewayAddr)
+	var opts []leases.Option
+	if c.DualStack() {
+		opts = append(opts, leases.WithSubnet6(c.Subnet6Prefix, c.Gateway6Addr))
+	}
+	s, err := leases.Open(c.LeaseFile, c.SubnetPrefix, c.GatewayAddr, opts...)
 	if err != nil {
 		return nil, configError("leaseFile", c.LeaseFile, err.Error())
 	}
@@ -137,6 +147,15 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		if err := p.dp.EnableForwarding(); err != nil {
 			return fmt.Errorf("enabling IPv4 forwarding: %w", err)
 		}
+		if c.DualStack() {
+			gw6 := netip.PrefixFrom(c.Gateway6Addr, c.Subnet6Prefix.Bits())
+			if err := p.dp.EnsureBridgeAddr(c.Bridge, gw6); err != nil {
+				return fmt.Errorf("putting IPv6 gateway %s on bridge %s: %w", gw6, c.Bridge, err)
+			}
+			if err := p.dp.EnableForwarding6(); err != nil {
+				return fmt.Errorf("enabling IPv6 forwarding: %w", err)
+			}
+		}
 
 		key := leases.Key{ContainerID: args.ContainerID, IfName: args.IfName}
 		hostIf := HostVethName(key)
@@ -151,6 +170,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		lease, err := store.Reserve(leases.ReserveRequest{
 			Key:        key,
 			IP:         c.IP,
+			IP6:        c.IP6,
 			MAC:        c.MAC,
 			MACFor:     DeriveMAC,
 			Exclude:    c.Exclude,
@@ -232,13 +252,21 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 			}
 			tap.MAC = lease.MAC
 			a.Tap = &tap
-		} else if err := p.dp.ConfigureAddress(args.Netns, args.IfName, addr, c.GatewayAddr); err != nil {
-			return fmt.Errorf("configuring %s on %s: %w", addr, args.IfName, err)
+		} else {
+			if err := p.dp.ConfigureAddress(args.Netns, args.IfName, addr, c.GatewayAddr); err != nil {
+				return fmt.Errorf("configuring %s on %s: %w", addr, args.IfName, err)
+			}
+			if lease.IP6.IsValid() {
+				addr6 := netip.PrefixFrom(lease.IP6, c.Subnet6Prefix.Bits())
+				if err := p.dp.ConfigureAddress(args.Netns, args.IfName, addr6, c.Gateway6Addr); err != nil {
+					return fmt.Errorf("configuring %s on %s: %w", addr6, args.IfName, err)
+				}
+			}
 		}
 
 		success = true
-		log.Info("attached", "ip", lease.IP, "mac", lease.MAC, "hostVeth", hostIf, "vm", c.VM, "retried", retried)
-		return types.PrintResult(BuildResult(c, a, lease.IP), c.CNIVersion)
+		log.Info("attached", "ip", lease.IP, "ip6", lease.IP6, "mac", lease.MAC, "hostVeth", hostIf, "vm", c.VM, "retried", retried)
+		return types.PrintResult(BuildResult(c, a, lease.IP, lease.IP6), c.CNIVersion)
 	})
 }
 

@@ -41,7 +41,7 @@ const (
 // finds the TAP as the interface after the pod veth, named tapName, whose
 // MAC is the guest's. The caller converts the result to the config's CNI
 // version on output.
-func BuildResult(c *Config, a Attached, ip netip.Addr) *current.Result {
+func BuildResult(c *Config, a Attached, ip, ip6 netip.Addr) *current.Result {
 	r := &current.Result{CNIVersion: current.ImplementedSpecVersion}
 	for _, l := range []Link{a.Bridge, a.HostVeth, a.PodVeth} {
 		r.Interfaces = append(r.Interfaces, &current.Interface{Name: l.Name, Mac: l.MAC, Mtu: l.MTU, Sandbox: l.Sandbox})
@@ -58,6 +58,21 @@ func BuildResult(c *Config, a Attached, ip netip.Addr) *current.Result {
 		Dst: net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)},
 		GW:  c.GatewayAddr.AsSlice(),
 	}}
+	// A dual-stack attachment lists its IPv6 address second, on the same
+	// interface (a runtime takes the pod's IPs from CNI_IFNAME's), and
+	// the IPv6 default route. Results of CNI 0.3.x and 0.4.0 carry both
+	// too, each with its "version"; the conversion adds that.
+	if ip6.IsValid() {
+		r.IPs = append(r.IPs, &current.IPConfig{
+			Interface: current.Int(ifPodVeth),
+			Address:   net.IPNet{IP: ip6.AsSlice(), Mask: net.CIDRMask(c.Subnet6Prefix.Bits(), 128)},
+			Gateway:   c.Gateway6Addr.AsSlice(),
+		})
+		r.Routes = append(r.Routes, &types.Route{
+			Dst: net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)},
+			GW:  c.Gateway6Addr.AsSlice(),
+		})
+	}
 	r.DNS = types.DNS{Nameservers: c.DNS.Nameservers, Domain: c.DNS.Domain, Search: c.DNS.Search}
 	return r
 }

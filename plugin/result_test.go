@@ -158,7 +158,7 @@ func TestResultGolden(t *testing.T) {
 		for _, v := range specVersions {
 			name := fmt.Sprintf("result-%s-%s.json", modeName(vm), v)
 			t.Run(name, func(t *testing.T) {
-				r := BuildResult(resultConfig(t, vm), resultAttached(vm), netip.MustParseAddr("10.244.3.7"))
+				r := BuildResult(resultConfig(t, vm), resultAttached(vm), netip.MustParseAddr("10.244.3.7"), netip.Addr{})
 				conv, err := r.GetAsVersion(v)
 				if err != nil {
 					t.Fatalf("GetAsVersion(%s): %v", v, err)
@@ -220,7 +220,7 @@ func TestResultVersions(t *testing.T) {
 		for _, v := range specVersions {
 			t.Run(modeName(vm)+"-"+v, func(t *testing.T) {
 				c := resultConfig(t, vm)
-				r := BuildResult(c, resultAttached(vm), netip.MustParseAddr("10.244.3.7"))
+				r := BuildResult(c, resultAttached(vm), netip.MustParseAddr("10.244.3.7"), netip.Addr{})
 				conv, err := r.GetAsVersion(v)
 				if err != nil {
 					t.Fatal(err)
@@ -313,7 +313,7 @@ func TestResultNoDNS(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, v := range specVersions {
-		conv, err := BuildResult(c, resultAttached(false), netip.MustParseAddr("10.244.3.7")).GetAsVersion(v)
+		conv, err := BuildResult(c, resultAttached(false), netip.MustParseAddr("10.244.3.7"), netip.Addr{}).GetAsVersion(v)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"strings"
 	"syscall"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // IsNotFound reports whether err says a link does not exist.
@@ -68,11 +71,34 @@ func Ensure(name string, gw netip.Prefix, mtu int, mac string) (string, error) {
 	return hw.String(), nil
 }
 
+// EnsureAddr makes gw the bridge's only address of gw's family (IPv6
+// link-local addresses aside), as Ensure does for the gateway it is given:
+// a dual-stack node's bridge gets its IPv6 gateway this way.
+func EnsureAddr(name string, gw netip.Prefix) error {
+	l, err := netlinksafe.LinkByName(name)
+	if err != nil {
+		return err
+	}
+	if _, ok := l.(*netlink.Bridge); !ok {
+		return &NotBridgeError{Name: name, Type: l.Type()}
+	}
+	return ensureOnlyAddr(l, gw)
+}
+
 // ensureOnlyAddr adds gw, then removes every other address of its family.
-// Adding first keeps the bridge addressed throughout.
+// Adding first keeps the bridge addressed throughout. An IPv6 gateway is
+// added without duplicate address detection: it is the node's own address
+// in the node's own subnet, and DAD would leave it tentative (unusable as a
+// source, so no router advertisement or DHCPv6 reply) for a second or more.
 func ensureOnlyAddr(l netlink.Link, gw netip.Prefix) error {
 	want := &netlink.Addr{IPNet: &net.IPNet{IP: gw.Addr().AsSlice(), Mask: net.CIDRMask(gw.Bits(), gw.Addr().BitLen())}}
+	if gw.Addr().Is6() {
+		want.Flags = unix.IFA_F_NODAD
+	}
 	if err := netlink.AddrAdd(l, want); err != nil && !errors.Is(err, syscall.EEXIST) {
+		if gw.Addr().Is6() && ipv6Disabled(l.Attrs().Name) {
+			return fmt.Errorf("adding gateway %s: IPv6 is disabled on %s (net.ipv6.conf.%s.disable_ipv6 = 1): enable it, or leave the network IPv4-only: %w", gw, l.Attrs().Name, l.Attrs().Name, err)
+		}
 		return fmt.Errorf("adding gateway %s: %w", gw, err)
 	}
 	fam := netlink.FAMILY_V4
@@ -92,6 +118,12 @@ func ensureOnlyAddr(l netlink.Link, gw netip.Prefix) error {
 		}
 	}
 	return nil
+}
+
+// ipv6Disabled reports whether IPv6 is off on the link (or in the kernel).
+func ipv6Disabled(name string) bool {
+	b, err := os.ReadFile("/proc/sys/net/ipv6/conf/" + name + "/disable_ipv6")
+	return err != nil || strings.TrimSpace(string(b)) == "1"
 }
 
 // Status returns an error unless the bridge exists and is up.
