@@ -3,12 +3,14 @@ package plugin
 import (
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
+	"github.com/vmlane/vmlane/internal/antispoof"
 	"github.com/vmlane/vmlane/leases"
 )
 
@@ -82,10 +84,11 @@ func checkGuard(dp dataplane, port string, l leases.Lease) error {
 	var got []string
 	for _, p := range ports {
 		if p.Name == port {
-			got = append(got, p.MAC.String()+" "+p.IP.String())
+			got = append(got, p.String())
 		}
 	}
-	if want := l.MAC + " " + l.IP.String(); len(got) != 1 || got[0] != want {
+	mac, _ := net.ParseMAC(l.MAC)
+	if want := (antispoof.Port{Name: port, MAC: mac, IP: l.IP, IP6: l.IP6}).String(); len(got) != 1 || got[0] != want {
 		return fmt.Errorf("anti-spoofing lets port %s send as %q, want exactly %q", port, got, want)
 	}
 	return nil

@@ -41,6 +41,7 @@ func TestPluginAddDualStack(t *testing.T) {
 		h.wantState(concat(bridgeState, bridgeState6, plainState("a", "10.244.3.2"), []string{
 			"ip -n " + ns + " addr add fd00:10:244:3::2/64 dev eth0",
 			"ip -n " + ns + " -6 route add default via fd00:10:244:3::1 dev eth0",
+			"nft add element bridge vmlane addrs6 { {veth:a} . 02:76:0a:f4:03:02 . fd00:10:244:3::2 }",
 		}))
 		want := []string{"10.244.3.2/24 gw 10.244.3.1 on 2", "fd00:10:244:3::2/64 gw fd00:10:244:3::1 on 2"}
 		if d := cmp.Diff(want, ipLines(r)); d != "" {
@@ -63,7 +64,8 @@ func TestPluginAddDualStack(t *testing.T) {
 		r := h.mustAdd(a, nil)
 		// The guest configures both addresses itself (DHCPv4, RA +
 		// DHCPv6): nothing of either goes in the pod's netns.
-		h.wantState(concat(bridgeState, bridgeState6, vmState("a", "10.244.3.2", "02:76:0a:f4:03:02")))
+		h.wantState(concat(bridgeState, bridgeState6, vmState("a", "10.244.3.2", "02:76:0a:f4:03:02"),
+			[]string{"nft add element bridge vmlane addrs6 { {veth:a} . 02:76:0a:f4:03:02 . fd00:10:244:3::2 }"}))
 		want := []string{"10.244.3.2/24 gw 10.244.3.1 on 2", "fd00:10:244:3::2/64 gw fd00:10:244:3::1 on 2"}
 		if d := cmp.Diff(want, ipLines(r)); d != "" {
 			t.Errorf("result ips (-want +got):\n%s", d)

@@ -94,6 +94,9 @@ func (f *fakeDataplane) state() []string {
 	}
 	for _, p := range f.guards {
 		out = append(out, fmt.Sprintf("nft add element bridge vmlane addrs { %s . %s . %s }", p.Name, p.MAC, p.IP))
+		if p.IP6.IsValid() {
+			out = append(out, fmt.Sprintf("nft add element bridge vmlane addrs6 { %s . %s . %s }", p.Name, p.MAC, p.IP6))
+		}
 	}
 	slices.Sort(out)
 	return out

@@ -276,7 +276,7 @@ func guard(dp dataplane, hostIf string, l leases.Lease) error {
 	if err != nil {
 		return fmt.Errorf("lease MAC %q: %w", l.MAC, err)
 	}
-	err = dp.Guard(antispoof.Port{Name: hostIf, MAC: mac, IP: l.IP})
+	err = dp.Guard(antispoof.Port{Name: hostIf, MAC: mac, IP: l.IP, IP6: l.IP6})
 	if errors.Is(err, antispoof.ErrNoKernelSupport) {
 		return configError("antiSpoof", true, err.Error()+`; the node's kernel needs nf_tables with the bridge family (CONFIG_NF_TABLES_BRIDGE), or set "antiSpoof": false (see the README's security model)`)
 	}

@@ -301,7 +301,8 @@ func (h *harness) wantDetached(want []string) {
 	}
 	var got []string
 	for _, line := range h.dp.state() {
-		if port, ok := strings.CutPrefix(line, "nft add element bridge vmlane addrs { "); ok {
+		_, rest, ok := strings.Cut(line, "nft add element bridge vmlane addrs")
+		if port, ok2 := strings.CutPrefix(strings.TrimPrefix(rest, "6"), " { "); ok && ok2 {
 			port, _, _ = strings.Cut(port, " ")
 			if !named[port] && !h.dp.hasLink("", port) {
 				continue

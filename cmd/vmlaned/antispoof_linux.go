@@ -44,7 +44,7 @@ func guardedPorts(ls []leases.Lease, log *slog.Logger) []antispoof.Port {
 			continue
 		}
 		mac, err := net.ParseMAC(l.MAC)
-		p := antispoof.Port{Name: l.BridgePort, MAC: mac, IP: l.IP}
+		p := antispoof.Port{Name: l.BridgePort, MAC: mac, IP: l.IP, IP6: l.IP6}
 		if err == nil {
 			err = p.Validate()
 		}
@@ -93,10 +93,10 @@ func syncAntiSpoof(tb antispoof.Table, leaseFile string, m *antiSpoofMetrics, lo
 		log.Warn("anti-spoofing table was changed or removed; written again", "found", ch.Repaired)
 	}
 	for _, p := range ch.Added {
-		log.Info("anti-spoofing port added", "port", p.Name, "mac", p.MAC.String(), "ip", p.IP)
+		log.Info("anti-spoofing port added", "port", p.Name, "mac", p.MAC.String(), "ip", p.IP, "ip6", p.IP6)
 	}
 	for _, p := range ch.Removed {
-		log.Info("anti-spoofing port removed", "port", p.Name, "mac", p.MAC.String(), "ip", p.IP)
+		log.Info("anti-spoofing port removed", "port", p.Name, "mac", p.MAC.String(), "ip", p.IP, "ip6", p.IP6)
 	}
 	return nil
 }

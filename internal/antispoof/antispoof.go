@@ -1,7 +1,9 @@
 // Package antispoof keeps each vmlane attachment to its own identity on the
 // node bridge: frames from a port must carry the port's MAC as source, IPv4
 // packets its address (or 0.0.0.0 for DHCP), ARP its MAC and address as
-// sender. DHCP and DHCPv6 server replies, IPv6 router advertisements and
+// sender, IPv6 packets its IPv6 address when it has one, a link-local
+// address or :: (DAD, DHCPv6 and neighbour discovery use those). DHCP and
+// DHCPv6 server replies, IPv6 router advertisements and
 // redirects, and DHCP client messages whose chaddr is not the frame's
 // source are dropped, and so is every ethertype but IPv4, ARP and IPv6
 // (802.1Q tags included).
@@ -11,9 +13,13 @@
 // on the node. The table's rules are fixed; what varies is three sets,
 // keyed by the host end's interface name:
 //
-//	ports  ifname                             ports that are checked
-//	macs   ifname . ether_addr                a port's MAC
-//	addrs  ifname . ether_addr . ipv4_addr    a port's MAC and address
+//	ports   ifname                             ports that are checked
+//	macs    ifname . ether_addr                a port's MAC
+//	addrs   ifname . ether_addr . ipv4_addr    a port's MAC and address
+//	addrs6  ifname . ether_addr . ipv6_addr    a port's MAC and IPv6 address
+//
+// A port without an IPv6 address (an IPv4-only network) may send IPv6 only
+// from link-local addresses and ::.
 //
 // A port that is in no set is not checked, so an attachment with
 // anti-spoofing off, or anything else on the bridge, passes as before.
@@ -47,15 +53,23 @@ import (
 const TableName = "vmlane"
 
 // Port is what one bridge port may send as: the host end of a veth, and the
-// MAC and IPv4 address of the pod or VM behind it.
+// MAC, IPv4 address and (dual stack) IPv6 address of the pod or VM behind
+// it.
 type Port struct {
 	// Name is the interface name of the port (the host end of the veth).
 	Name string
 	MAC  net.HardwareAddr
 	IP   netip.Addr
+	// IP6 is zero on an IPv4-only network.
+	IP6 netip.Addr
 }
 
-func (p Port) String() string { return fmt.Sprintf("%s %s %s", p.Name, p.MAC, p.IP) }
+func (p Port) String() string {
+	if p.IP6.IsValid() {
+		return fmt.Sprintf("%s %s %s %s", p.Name, p.MAC, p.IP, p.IP6)
+	}
+	return fmt.Sprintf("%s %s %s", p.Name, p.MAC, p.IP)
+}
 
 // ifNameSize is IFNAMSIZ: the kernel's interface names, NUL included.
 const ifNameSize = 16
@@ -71,6 +85,8 @@ func (p Port) Validate() error {
 		return fmt.Errorf("antispoof: port %s: MAC %s is a multicast address", p.Name, p.MAC)
 	case !p.IP.Is4() || p.IP.IsUnspecified():
 		return fmt.Errorf("antispoof: port %s: address %v is not a unicast IPv4 address", p.Name, p.IP)
+	case p.IP6.IsValid() && (!p.IP6.Is6() || p.IP6.Is4In6() || !p.IP6.IsGlobalUnicast() || p.IP6.IsLinkLocalUnicast()):
+		return fmt.Errorf("antispoof: port %s: IPv6 address %v is not a global unicast IPv6 address", p.Name, p.IP6)
 	}
 	return nil
 }
@@ -91,6 +107,30 @@ func macKey(name string, mac net.HardwareAddr) []byte {
 func addrKey(name string, mac net.HardwareAddr, ip netip.Addr) []byte {
 	a := ip.As4()
 	return append(macKey(name, mac), a[:]...)
+}
+
+func addr6Key(name string, mac net.HardwareAddr, ip netip.Addr) []byte {
+	a := ip.As16()
+	return append(macKey(name, mac), a[:]...)
+}
+
+// withAddrs6 gives each port its IPv6 address from the addrs6 set's keys.
+// A key of the wrong length is an error; one whose port (name and MAC) is
+// not in ports is left out, as addrs holds every port a writer added.
+func withAddrs6(ports []Port, keys [][]byte) error {
+	for _, k := range keys {
+		if len(k) != ifNameSize+8+16 {
+			return fmt.Errorf("antispoof: set addrs6 has a %d-byte key, want %d", len(k), ifNameSize+8+16)
+		}
+		name, _, _ := strings.Cut(string(k[:ifNameSize]), "\x00")
+		mac := net.HardwareAddr(k[ifNameSize : ifNameSize+6])
+		for i := range ports {
+			if ports[i].Name == name && slices.Equal(ports[i].MAC, mac) {
+				ports[i].IP6 = netip.AddrFrom16([16]byte(k[ifNameSize+8:]))
+			}
+		}
+	}
+	return nil
 }
 
 // portsFromAddrs turns the addrs set's keys back into Ports. A key of the
@@ -126,7 +166,7 @@ type Changes struct {
 // ports of have that want does not: a port whose MAC or address changed is
 // in both.
 func diff(have, want []Port) (add, remove []Port) {
-	key := func(p Port) string { return p.Name + " " + p.MAC.String() + " " + p.IP.String() }
+	key := func(p Port) string { return p.String() }
 	in := func(ps []Port) map[string]bool {
 		m := make(map[string]bool, len(ps))
 		for _, p := range ps {

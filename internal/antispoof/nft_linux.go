@@ -45,6 +45,8 @@ func sets() []*nftables.Set {
 			KeyType: nftables.MustConcatSetType(nftables.TypeIFName, nftables.TypeEtherAddr)},
 		{Table: table, Name: setAddrs, Concatenation: true,
 			KeyType: nftables.MustConcatSetType(nftables.TypeIFName, nftables.TypeEtherAddr, nftables.TypeIPAddr)},
+		{Table: table, Name: setAddrs6, Concatenation: true,
+			KeyType: nftables.MustConcatSetType(nftables.TypeIFName, nftables.TypeEtherAddr, nftables.TypeIP6Addr)},
 	}
 }
 
@@ -292,8 +294,27 @@ func portsIn(c *nftables.Conn) (ports []Port, exists bool, err error) {
 	for i, e := range elems {
 		keys[i] = e.Key
 	}
-	ports, err = portsFromAddrs(keys)
-	return ports, true, err
+	if ports, err = portsFromAddrs(keys); err != nil {
+		return nil, true, err
+	}
+	// A table from before addrs6 counts as none: Add writes it whole
+	// (Ensure keeps the elements), and Sync's verify repairs it.
+	s6, err := c.GetSetByName(table, setAddrs6)
+	if err != nil {
+		if isNotExist(err) {
+			return ports, false, nil
+		}
+		return nil, true, fmt.Errorf("antispoof: reading set %s: %w", setAddrs6, err)
+	}
+	elems, err = c.GetSetElements(s6)
+	if err != nil {
+		return nil, true, fmt.Errorf("antispoof: reading set %s: %w", setAddrs6, err)
+	}
+	keys = keys[:0]
+	for _, e := range elems {
+		keys = append(keys, e.Key)
+	}
+	return ports, true, withAddrs6(ports, keys)
 }
 
 // queueChange adds to c's batch what turns the ports have into after:
@@ -318,17 +339,21 @@ func queueChange(c *nftables.Conn, have, after []Port) error {
 }
 
 // keysOf returns the ports' keys in the set sets()[i]: ports, macs,
-// addrs.
+// addrs, addrs6 (of the ports that have an IPv6 address).
 func keysOf(ports []Port, i int) [][]byte {
-	keys := make([][]byte, len(ports))
-	for j, p := range ports {
+	keys := make([][]byte, 0, len(ports))
+	for _, p := range ports {
 		switch i {
 		case 0:
-			keys[j] = ifnameKey(p.Name)
+			keys = append(keys, ifnameKey(p.Name))
 		case 1:
-			keys[j] = macKey(p.Name, p.MAC)
+			keys = append(keys, macKey(p.Name, p.MAC))
+		case 2:
+			keys = append(keys, addrKey(p.Name, p.MAC, p.IP))
 		default:
-			keys[j] = addrKey(p.Name, p.MAC, p.IP)
+			if p.IP6.IsValid() {
+				keys = append(keys, addr6Key(p.Name, p.MAC, p.IP6))
+			}
 		}
 	}
 	return keys

@@ -34,16 +34,16 @@ func newLAN(t *testing.T) *lan {
 	l.node.MustRun(t, "ip", "link", "add", "br0", "type", "bridge")
 	l.node.MustRun(t, "ip", "addr", "add", gw.String()+"/24", "dev", "br0")
 	l.node.MustRun(t, "ip", "link", "set", "br0", "up")
-	pod := func(ns *netnstest.NS, host, mac, ip string) antispoof.Port {
+	pod := func(ns *netnstest.NS, host, mac, ip, ip6 string) antispoof.Port {
 		l.node.MustRun(t, "ip", "link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", ns.Name)
 		l.node.MustRun(t, "ip", "link", "set", host, "master", "br0", "up")
 		ns.MustRun(t, "ip", "link", "set", "eth0", "address", mac, "up")
 		ns.MustRun(t, "ip", "addr", "add", ip+"/24", "dev", "eth0")
 		m, _ := net.ParseMAC(mac)
-		return antispoof.Port{Name: host, MAC: m, IP: netip.MustParseAddr(ip)}
+		return antispoof.Port{Name: host, MAC: m, IP: netip.MustParseAddr(ip), IP6: netip.MustParseAddr(ip6)}
 	}
-	l.portA = pod(l.a, "vmlA", "02:00:0a:09:00:02", "10.9.0.2")
-	l.portB = pod(l.b, "vmlB", "02:00:0a:09:00:03", "10.9.0.3")
+	l.portA = pod(l.a, "vmlA", "02:00:0a:09:00:02", "10.9.0.2", "fd09::2")
+	l.portB = pod(l.b, "vmlB", "02:00:0a:09:00:03", "10.9.0.3", "fd09::3")
 	return l
 }
 
@@ -82,6 +82,8 @@ func attacks(l *lan) []attack {
 		return a
 	}
 	vlanPayload := udp(ipA, 9999, 9999, "vlan")
+	allNodes := netip.MustParseAddr("ff02::1")
+	udp6 := func(src netip.Addr, s string) []byte { return frametest.UDP6(src, allNodes, 9999, 9999, mark(s)) }
 	return []attack{
 		named(e(macA, frametest.TypeIPv4, udp(ipA, 9999, 9999, "own")), "own MAC and address", false),
 		named(e(macA, frametest.TypeIPv4, udp(ipB, 9999, 9999, "ip spoof")), "IP spoof (neighbour's address)", true),
@@ -98,6 +100,12 @@ func attacks(l *lan) []attack {
 		named(e(macA, frametest.TypeIPv4, udp(ipA, 67, 68, "rogue dhcp")), "DHCP server reply (rogue server)", true),
 		named(attack{frame: frametest.VLAN(frametest.Broadcast, macA, 7, frametest.TypeIPv4, vlanPayload), probe: vlanPayload}, "802.1Q-tagged frame", true),
 		named(e(macA, frametest.TypeIPv6, frametest.RouterAdvert(netip.MustParseAddr("fe80::1"))), "IPv6 router advertisement", true),
+		named(e(macA, frametest.TypeIPv6, udp6(l.portA.IP6, "own ip6")), "own IPv6 address", false),
+		named(e(macA, frametest.TypeIPv6, udp6(netip.MustParseAddr("fe80::a"), "link-local")), "IPv6 link-local source", false),
+		named(e(macA, frametest.TypeIPv6, udp6(netip.IPv6Unspecified(), "unspecified")), "IPv6 from ::", false),
+		named(e(macA, frametest.TypeIPv6, udp6(l.portB.IP6, "ip6 spoof")), "IPv6 spoof (neighbour's address)", true),
+		named(e(macA, frametest.TypeIPv6, udp6(netip.MustParseAddr("fd09::1"), "gw6 spoof")), "IPv6 spoof (gateway's address)", true),
+		named(e(forged, frametest.TypeIPv6, udp6(l.portA.IP6, "mac6 spoof")), "IPv6 with a forged MAC", true),
 	}
 }
 
@@ -167,6 +175,17 @@ func TestPortsAddRemoveSync(t *testing.T) {
 	}
 	moved := l.portA
 	moved.IP = netip.MustParseAddr("10.9.0.9")
+	if err := l.table.Add(moved); err != nil {
+		t.Fatal(err)
+	}
+	wantPorts(t, l.table, moved)
+	// Its IPv6 address alone changes, and goes.
+	moved.IP6 = netip.MustParseAddr("fd09::9")
+	if err := l.table.Add(moved); err != nil {
+		t.Fatal(err)
+	}
+	wantPorts(t, l.table, moved)
+	moved.IP6 = netip.Addr{}
 	if err := l.table.Add(moved); err != nil {
 		t.Fatal(err)
 	}
@@ -306,6 +325,9 @@ func TestPortValidate(t *testing.T) {
 		{antispoof.Port{Name: "v", MAC: net.HardwareAddr{1, 0, 0, 0, 0, 1}, IP: ip}, "multicast"},
 		{antispoof.Port{Name: "v", MAC: mac, IP: netip.MustParseAddr("::1")}, "not a unicast IPv4"},
 		{antispoof.Port{Name: "v", MAC: mac, IP: netip.MustParseAddr("0.0.0.0")}, "not a unicast IPv4"},
+		{antispoof.Port{Name: "v", MAC: mac, IP: ip, IP6: netip.MustParseAddr("fe80::1")}, "not a global unicast IPv6"},
+		{antispoof.Port{Name: "v", MAC: mac, IP: ip, IP6: netip.MustParseAddr("ff02::1")}, "not a global unicast IPv6"},
+		{antispoof.Port{Name: "v", MAC: mac, IP: ip, IP6: netip.MustParseAddr("10.0.0.3")}, "not a global unicast IPv6"},
 	} {
 		if err := c.p.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Validate(%v) = %v, want %q", c.p, err, c.want)

@@ -18,14 +18,15 @@ const (
 
 // The sets; see the package comment.
 const (
-	setPorts = "ports"
-	setMACs  = "macs"
-	setAddrs = "addrs"
+	setPorts  = "ports"
+	setMACs   = "macs"
+	setAddrs  = "addrs"
+	setAddrs6 = "addrs6"
 )
 
 // Registers. A concatenation is looked up from consecutive 32-bit
 // registers (NFT_REG32_00 is 8): the interface name takes four, a MAC two,
-// an IPv4 address one.
+// an IPv4 address one, an IPv6 address four.
 const (
 	regName = 8
 	regMAC  = 12
@@ -118,8 +119,17 @@ func one(e ...expr.Any) []expr.Any { return e }
 var (
 	srcMAC  = one(load(expr.PayloadBaseLLHeader, 6, 6, regMAC))
 	srcIPv4 = one(load(expr.PayloadBaseNetworkHeader, 12, 4, regIP))
+	srcIPv6 = one(load(expr.PayloadBaseNetworkHeader, 8, 16, regIP))
 	zero4   = []byte{0, 0, 0, 0}
+	zero16  = make([]byte, 16)
 )
+
+// linkLocal6 matches an IPv6 source in fe80::/10.
+func linkLocal6() []expr.Any {
+	return one(load(expr.PayloadBaseNetworkHeader, 8, 2, regOne),
+		&expr.Bitwise{SourceRegister: regOne, DestRegister: regOne, Len: 2, Mask: []byte{0xff, 0xc0}, Xor: []byte{0, 0}},
+		eq(regOne, []byte{0xfe, 0x80}))
+}
 
 // layout is the whole table: its chains, base chain first, in the order
 // they are created.
@@ -160,6 +170,12 @@ var layout = []chainSpec{
 		{"router advertisement", cat(icmpv6Type(icmpv6RouterAdvert), drop())},
 		{"redirect", cat(icmpv6Type(icmpv6Redirect), drop())},
 		{"dhcpv6 server", cat(udpPort(0, portDHCPv6Server), drop())},
-		{"ipv6 ok", one(accept())},
+		// DAD probes and MLD reports before an address is up come
+		// from ::, DHCPv6 clients and neighbour discovery from the
+		// link-local address the guest made itself.
+		{"ipv6 from ::", one(load(expr.PayloadBaseNetworkHeader, 8, 16, regOne), eq(regOne, zero16), accept())},
+		{"ipv6 link-local source", cat(linkLocal6(), one(accept()))},
+		{"ipv6 source address", cat(one(loadName(regName)), srcMAC, srcIPv6, one(in(setAddrs6, regName), accept()))},
+		{"ipv6 spoof", drop()},
 	}},
 }

@@ -183,3 +183,23 @@ func (f Frame) UDP() (src, dst netip.AddrPort, payload []byte, ok bool) {
 	dst = netip.AddrPortFrom(netip.AddrFrom4([4]byte(p[16:20])), binary.BigEndian.Uint16(u[2:]))
 	return src, dst, u[8:], true
 }
+
+// UDP6 builds an IPv6 UDP packet, checksum filled in.
+func UDP6(src, dst netip.Addr, sport, dport uint16, payload []byte) []byte {
+	udp := make([]byte, 8, 8+len(payload))
+	binary.BigEndian.PutUint16(udp[0:], sport)
+	binary.BigEndian.PutUint16(udp[2:], dport)
+	binary.BigEndian.PutUint16(udp[4:], uint16(8+len(payload)))
+	udp = append(udp, payload...)
+	s, d := src.As16(), dst.As16()
+	pseudo := append(append(append([]byte{}, s[:]...), d[:]...), 0, 0, byte(len(udp)>>8), byte(len(udp)), 0, 0, 0, 17)
+	binary.BigEndian.PutUint16(udp[6:], rawip.Checksum(append(pseudo, udp...)))
+	h := make([]byte, 40)
+	h[0] = 0x60
+	binary.BigEndian.PutUint16(h[4:], uint16(len(udp)))
+	h[6] = 17
+	h[7] = 64
+	copy(h[8:], s[:])
+	copy(h[24:], d[:])
+	return append(h, udp...)
+}
