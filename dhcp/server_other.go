@@ -27,3 +27,15 @@ func (s *Server) Serve(ctx context.Context, log *slog.Logger) error { return err
 
 // Close is Linux-only.
 func (s *Server) Close() error { return errNotLinux }
+
+// Server6 is Linux-only, as Serve is.
+type Server6 struct{}
+
+// Listen6 is Linux-only, as Serve is.
+func Listen6(iface string, h *Handler6) (*Server6, error) { return nil, errNotLinux }
+
+// Serve is Linux-only.
+func (s *Server6) Serve(ctx context.Context, log *slog.Logger) error { return errNotLinux }
+
+// Close is Linux-only.
+func (s *Server6) Close() error { return errNotLinux }

@@ -414,3 +414,22 @@ func (a StoreAllocator) Decline(mac net.HardwareAddr, ip netip.Addr, until time.
 	a.Flush() // as in Release
 	return a.Store.Decline(ip, mac.String(), until)
 }
+
+var _ Allocator6 = StoreAllocator{}
+
+// Bind6 marks ip6 bound to mac until expires, durably before it returns.
+// A DHCPv6 bind touches only the lease's IPv6 members, so a deferred
+// DHCPv4 bind of the same lease lands beside it either way.
+func (a StoreAllocator) Bind6(mac net.HardwareAddr, ip6 netip.Addr, expires time.Time) (leases.Lease, error) {
+	return a.Store.Bind6(mac.String(), ip6, expires)
+}
+
+// Release6 handles a DHCPv6 RELEASE.
+func (a StoreAllocator) Release6(mac net.HardwareAddr, ip6 netip.Addr) (leases.Lease, bool, error) {
+	return a.Store.Release6(mac.String(), ip6)
+}
+
+// Decline6 quarantines ip6, declined by mac, until until.
+func (a StoreAllocator) Decline6(mac net.HardwareAddr, ip6 netip.Addr, until time.Time) (leases.Lease, error) {
+	return a.Store.Decline6(mac.String(), ip6, until)
+}

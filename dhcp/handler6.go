@@ -1,0 +1,416 @@
+package dhcp
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv6"
+	"github.com/insomniacslk/dhcp/iana"
+	"github.com/vmlane/vmlane/leases"
+)
+
+// Config6 is what the DHCPv6 server hands out besides addresses.
+type Config6 struct {
+	// Subnet6 is the bridge's IPv6 subnet: CONFIRM checks addresses
+	// against it.
+	Subnet6 netip.Prefix
+	// ServerMAC names the server: its DUID is the DUID-LL of this MAC
+	// (the bridge's), stable across restarts.
+	ServerMAC net.HardwareAddr
+	// DNS servers (option 23) and search list (option 24); IPv4 servers
+	// in DNS are left out, as DHCPv6 cannot carry them.
+	DNS    []netip.Addr
+	Search []string
+	// LeaseTime is each address's valid and preferred lifetime; T1 is
+	// half of it, T2 four fifths (RFC 8415 §21.4's recommendation).
+	// Default DefaultLeaseTime.
+	LeaseTime time.Duration
+	// Quarantine is how long a declined address is not handed out.
+	// Default DefaultQuarantine.
+	Quarantine time.Duration
+}
+
+// Allocator6 is what the DHCPv6 handler needs of the lease store. As for
+// [Allocator], a change returns once it is durable.
+type Allocator6 interface {
+	// Lookup returns the lease of mac (its IPv6 address is IP6).
+	Lookup(mac net.HardwareAddr) (leases.Lease, bool, error)
+	// Bind6 marks ip6 bound to mac until expires (leases.Tx.Bind6).
+	Bind6(mac net.HardwareAddr, ip6 netip.Addr, expires time.Time) (leases.Lease, error)
+	// Release6 handles RELEASE (leases.Tx.Release6).
+	Release6(mac net.HardwareAddr, ip6 netip.Addr) (leases.Lease, bool, error)
+	// Decline6 quarantines ip6 until until (leases.Tx.Decline6).
+	Decline6(mac net.HardwareAddr, ip6 netip.Addr, until time.Time) (leases.Lease, error)
+}
+
+// Hooks6 receive the DHCPv6 handler's events for metrics, like [Hooks];
+// message types are their names ("SOLICIT"). Every field is optional.
+type Hooks6 struct {
+	Request func(t string)
+	Reply   func(t string)
+	Drop    func(reason string)
+}
+
+// Reasons a DHCPv6 message is dropped, besides the DHCPv4 ones that apply
+// (DropMalformed, DropUnknownMAC, DropOtherServer, DropStoreError,
+// DropUnsupported, DropDeclined, DropRateLimited).
+const (
+	// DropNoIP6 is a MAC whose lease has no IPv6 address (an attachment
+	// of an IPv4-only network, or a dynamic DHCPv4 lease).
+	DropNoIP6 = "no_ip6"
+	// DropServerID is a message that must not carry a server identifier
+	// but does (SOLICIT, REBIND, CONFIRM) or must and does not.
+	DropServerID = "server_id"
+)
+
+// Handler6 turns DHCPv6 requests into replies, as [Handler] does for
+// DHCPv4: pure but for its Allocator6, safe for concurrent use.
+//
+// A client is the MAC its frames come from, which the server passes in,
+// never its DUID: anti-spoofing holds a port to its MAC, a DUID is
+// whatever the guest says (a VM cloned from an image keeps the image's
+// DUID-LLT, and a guest could name a neighbour's), so keying on the frame
+// serves clones and hostile guests alike correctly.
+type Handler6 struct {
+	cfg   Config6
+	alloc Allocator6
+	log   *slog.Logger
+	now   func() time.Time
+	duid  dhcpv6.DUID
+	// Hooks receive events for metrics.
+	Hooks Hooks6
+}
+
+// NewHandler6 checks cfg and returns a handler serving it from alloc.
+func NewHandler6(cfg Config6, alloc Allocator6, log *slog.Logger) (*Handler6, error) {
+	if !cfg.Subnet6.IsValid() || !cfg.Subnet6.Addr().Is6() || cfg.Subnet6.Addr().Is4In6() {
+		return nil, fmt.Errorf("dhcp: subnet6 %v is not an IPv6 prefix", cfg.Subnet6)
+	}
+	if len(cfg.ServerMAC) != 6 {
+		return nil, fmt.Errorf("dhcp: server MAC %q is not a 48-bit MAC", cfg.ServerMAC)
+	}
+	var dns []netip.Addr
+	for _, d := range cfg.DNS {
+		if d.Is6() && !d.Is4In6() {
+			dns = append(dns, d)
+		}
+	}
+	cfg.DNS = dns
+	search := make([]string, len(cfg.Search))
+	for i, d := range cfg.Search {
+		search[i] = strings.TrimSuffix(d, ".")
+	}
+	cfg.Search = search
+	if _, err := searchBytes(cfg.Search); err != nil {
+		return nil, err
+	}
+	if cfg.LeaseTime <= 0 {
+		cfg.LeaseTime = DefaultLeaseTime
+	}
+	if cfg.LeaseTime/time.Second > 0xfffffffe {
+		return nil, fmt.Errorf("dhcp: lease time %s does not fit DHCPv6's 32-bit lifetimes", cfg.LeaseTime)
+	}
+	if cfg.Quarantine <= 0 {
+		cfg.Quarantine = DefaultQuarantine
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Handler6{
+		cfg: cfg, alloc: alloc, now: time.Now,
+		log:  log.With("component", "dhcpv6"),
+		duid: &dhcpv6.DUIDLL{HWType: iana.HWTypeEthernet, LinkLayerAddr: cfg.ServerMAC},
+	}, nil
+}
+
+// ServerID is the server's DUID.
+func (h *Handler6) ServerID() dhcpv6.DUID { return h.duid }
+
+// Handle answers one message from the client whose frames come from mac.
+// A nil reply with a nil error means drop; an error means the store failed
+// and no reply may be sent (the client retransmits). Every change a reply
+// announces is durable before Handle returns it.
+//
+//   - SOLICIT: ADVERTISE of the MAC's address (preference 255, so the
+//     client requests at once), or with rapid commit asked, a REPLY that
+//     binds it. A MAC with no IPv6 address gets no answer, so a server
+//     that has one can answer instead.
+//   - REQUEST, RENEW, REBIND: REPLY binding the address; any other
+//     address the client lists comes back with lifetimes 0, and a MAC
+//     with no address gets NoAddrsAvail (REQUEST) or NoBinding (RENEW).
+//   - RELEASE, DECLINE: the binding ends, or the address is quarantined
+//     for Config6.Quarantine (the VM's reservation stays); REPLY Success.
+//   - CONFIRM: Success when every address listed is in Subnet6, else
+//     NotOnLink.
+//   - INFORMATION-REQUEST: the DNS options alone.
+//
+// REQUEST, RENEW, RELEASE and DECLINE naming another server are dropped,
+// and so are SOLICIT, REBIND and CONFIRM naming any.
+func (h *Handler6) Handle(req *dhcpv6.Message, mac net.HardwareAddr) (reply *dhcpv6.Message, err error) {
+	if req == nil || len(mac) != 6 {
+		h.drop(DropMalformed)
+		return nil, nil
+	}
+	t := req.MessageType
+	h.request(t)
+	defer func() {
+		if err != nil {
+			h.drop(DropStoreError)
+			h.log.Error("lease store failed; not replying", "type", t, "mac", mac.String(), "err", err)
+		}
+		if reply != nil && h.Hooks.Reply != nil {
+			h.Hooks.Reply(reply.MessageType.String())
+		}
+	}()
+	cid := req.Options.ClientID()
+	sid := req.Options.ServerID()
+	ours := sid != nil && sid.Equal(h.duid)
+	switch t {
+	case dhcpv6.MessageTypeSolicit, dhcpv6.MessageTypeRequest, dhcpv6.MessageTypeRenew,
+		dhcpv6.MessageTypeRebind, dhcpv6.MessageTypeRelease, dhcpv6.MessageTypeDecline, dhcpv6.MessageTypeConfirm:
+		if cid == nil {
+			return h.dropped(DropMalformed, t, mac, "no client identifier")
+		}
+	case dhcpv6.MessageTypeInformationRequest:
+	default:
+		return h.dropped(DropUnsupported, t, mac, "not a client message this server handles")
+	}
+	switch t {
+	case dhcpv6.MessageTypeSolicit, dhcpv6.MessageTypeRebind, dhcpv6.MessageTypeConfirm:
+		if sid != nil {
+			return h.dropped(DropServerID, t, mac, "carries a server identifier")
+		}
+	case dhcpv6.MessageTypeRequest, dhcpv6.MessageTypeRenew, dhcpv6.MessageTypeRelease, dhcpv6.MessageTypeDecline:
+		if sid == nil {
+			return h.dropped(DropServerID, t, mac, "has no server identifier")
+		}
+		if !ours {
+			return h.dropped(DropOtherServer, t, mac, "names another server")
+		}
+	case dhcpv6.MessageTypeInformationRequest:
+		if sid != nil && !ours {
+			return h.dropped(DropOtherServer, t, mac, "names another server")
+		}
+	}
+	switch t {
+	case dhcpv6.MessageTypeConfirm:
+		return h.confirm(req, mac)
+	case dhcpv6.MessageTypeInformationRequest:
+		return h.reply(req, h.dnsOptions()...), nil
+	}
+	l, ok, err := h.alloc.Lookup(mac)
+	if err != nil {
+		return nil, err
+	}
+	ok = ok && l.IP6.IsValid()
+	if ok && l.State6 == leases.StateDeclined {
+		if t == dhcpv6.MessageTypeSolicit {
+			return h.dropped(DropDeclined, t, mac, "its address "+l.IP6.String()+" is quarantined")
+		}
+		ok = false
+	}
+	switch t {
+	case dhcpv6.MessageTypeSolicit:
+		if !ok {
+			return h.dropped(DropNoIP6, t, mac, "no IPv6 address is reserved for the MAC")
+		}
+		if req.GetOneOption(dhcpv6.OptionRapidCommit) != nil {
+			return h.bind(req, mac, l, true)
+		}
+		return h.advertise(req, l), nil
+	case dhcpv6.MessageTypeRequest, dhcpv6.MessageTypeRenew, dhcpv6.MessageTypeRebind:
+		if ok {
+			return h.bind(req, mac, l, false)
+		}
+		return h.noBinding(req, mac)
+	case dhcpv6.MessageTypeRelease:
+		return h.release(req, mac, l, ok)
+	default: // DECLINE
+		return h.decline(req, mac, l, ok)
+	}
+}
+
+// advertise offers l's address in the client's first IA_NA.
+func (h *Handler6) advertise(req *dhcpv6.Message, l leases.Lease) *dhcpv6.Message {
+	opts := append(h.ianas(req, l.IP6), dhcpv6.OptPreference(255))
+	return h.message(req, dhcpv6.MessageTypeAdvertise, append(opts, h.dnsOptions()...)...)
+}
+
+// bind records the binding and replies with it.
+func (h *Handler6) bind(req *dhcpv6.Message, mac net.HardwareAddr, l leases.Lease, rapid bool) (*dhcpv6.Message, error) {
+	if _, err := h.alloc.Bind6(mac, l.IP6, h.now().Add(h.cfg.LeaseTime)); err != nil {
+		if errors.Is(err, leases.ErrConflict) || errors.Is(err, leases.ErrNotFound) {
+			// The lease changed between the lookup and the bind (a CNI
+			// DEL): the client asks again.
+			return h.dropped(DropNotLeased, req.MessageType, mac, err.Error())
+		}
+		return nil, err
+	}
+	opts := h.ianas(req, l.IP6)
+	if rapid {
+		opts = append(opts, &dhcpv6.OptionGeneric{OptionCode: dhcpv6.OptionRapidCommit})
+	}
+	h.log.Debug("bound", "type", req.MessageType, "mac", mac.String(), "ip6", l.IP6)
+	return h.reply(req, append(opts, h.dnsOptions()...)...), nil
+}
+
+// noBinding answers a REQUEST, RENEW or REBIND from a MAC with no address
+// (RFC 8415 §18.3.2, §18.3.4, §18.3.5): each IA_NA with NoAddrsAvail or
+// NoBinding, and the addresses it lists with lifetimes 0 so the client
+// stops using them. A REBIND listing none gets no answer.
+func (h *Handler6) noBinding(req *dhcpv6.Message, mac net.HardwareAddr) (*dhcpv6.Message, error) {
+	code := iana.StatusNoBinding
+	if req.MessageType == dhcpv6.MessageTypeRequest {
+		code = iana.StatusNoAddrsAvail
+	}
+	var opts []dhcpv6.Option
+	listed := false
+	for _, ia := range req.Options.IANA() {
+		out := &dhcpv6.OptIANA{IaId: ia.IaId}
+		for _, a := range ia.Options.Addresses() {
+			listed = true
+			out.Options.Add(&dhcpv6.OptIAAddress{IPv6Addr: a.IPv6Addr})
+		}
+		if req.MessageType != dhcpv6.MessageTypeRebind {
+			out.Options.Add(&dhcpv6.OptStatusCode{StatusCode: code, StatusMessage: "no IPv6 address is reserved for " + mac.String()})
+		}
+		opts = append(opts, out)
+	}
+	if req.MessageType == dhcpv6.MessageTypeRebind && !listed {
+		return h.dropped(DropNoIP6, req.MessageType, mac, "no IPv6 address is reserved for the MAC")
+	}
+	return h.reply(req, opts...), nil
+}
+
+func (h *Handler6) release(req *dhcpv6.Message, mac net.HardwareAddr, l leases.Lease, ok bool) (*dhcpv6.Message, error) {
+	if ok && h.lists(req, l.IP6) {
+		if _, _, err := h.alloc.Release6(mac, l.IP6); err != nil {
+			return nil, err
+		}
+		h.log.Info("released", "mac", mac.String(), "ip6", l.IP6)
+	}
+	return h.reply(req, &dhcpv6.OptStatusCode{StatusCode: iana.StatusSuccess}), nil
+}
+
+func (h *Handler6) decline(req *dhcpv6.Message, mac net.HardwareAddr, l leases.Lease, ok bool) (*dhcpv6.Message, error) {
+	if ok && h.lists(req, l.IP6) {
+		until := h.now().Add(h.cfg.Quarantine)
+		if _, err := h.alloc.Decline6(mac, l.IP6, until); err != nil && !errors.Is(err, leases.ErrConflict) {
+			return nil, err
+		}
+		h.log.Error("a VM found its reserved IPv6 address in use on the bridge; quarantined", "mac", mac.String(), "ip6", l.IP6, "until", until.UTC())
+	}
+	return h.reply(req, &dhcpv6.OptStatusCode{StatusCode: iana.StatusSuccess}), nil
+}
+
+// confirm says whether the addresses a client lists are on this link
+// (RFC 8415 §18.3.3): no addresses, no reply.
+func (h *Handler6) confirm(req *dhcpv6.Message, mac net.HardwareAddr) (*dhcpv6.Message, error) {
+	code, n := iana.StatusSuccess, 0
+	for _, ia := range req.Options.IANA() {
+		for _, a := range ia.Options.Addresses() {
+			n++
+			if ip, ok := netip.AddrFromSlice(a.IPv6Addr); !ok || !h.cfg.Subnet6.Contains(ip) {
+				code = iana.StatusNotOnLink
+			}
+		}
+	}
+	if n == 0 {
+		return h.dropped(DropMalformed, req.MessageType, mac, "CONFIRM lists no address")
+	}
+	return h.reply(req, &dhcpv6.OptStatusCode{StatusCode: code}), nil
+}
+
+// lists reports whether one of req's IA_NAs names ip6.
+func (h *Handler6) lists(req *dhcpv6.Message, ip6 netip.Addr) bool {
+	for _, ia := range req.Options.IANA() {
+		for _, a := range ia.Options.Addresses() {
+			if got, ok := netip.AddrFromSlice(a.IPv6Addr); ok && got == ip6 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ianas answers the client's IA_NAs: the first gets ip6 and the lease's
+// lifetimes, the others NoAddrsAvail (one address per attachment), and
+// any other address a client lists comes back with lifetimes 0.
+func (h *Handler6) ianas(req *dhcpv6.Message, ip6 netip.Addr) []dhcpv6.Option {
+	lt := h.cfg.LeaseTime
+	var out []dhcpv6.Option
+	for i, ia := range req.Options.IANA() {
+		o := &dhcpv6.OptIANA{IaId: ia.IaId}
+		if i == 0 {
+			o.T1, o.T2 = lt/2, lt*4/5
+			o.Options.Add(&dhcpv6.OptIAAddress{IPv6Addr: ip6.AsSlice(), PreferredLifetime: lt, ValidLifetime: lt})
+		} else {
+			o.Options.Add(&dhcpv6.OptStatusCode{StatusCode: iana.StatusNoAddrsAvail, StatusMessage: "one address per attachment"})
+		}
+		for _, a := range ia.Options.Addresses() {
+			if got, ok := netip.AddrFromSlice(a.IPv6Addr); !ok || got != ip6 || i > 0 {
+				o.Options.Add(&dhcpv6.OptIAAddress{IPv6Addr: a.IPv6Addr})
+			}
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+func (h *Handler6) dnsOptions() []dhcpv6.Option {
+	var out []dhcpv6.Option
+	if len(h.cfg.DNS) > 0 {
+		ips := make([]net.IP, len(h.cfg.DNS))
+		for i, d := range h.cfg.DNS {
+			ips[i] = d.AsSlice()
+		}
+		out = append(out, dhcpv6.OptDNS(ips...))
+	}
+	if len(h.cfg.Search) > 0 {
+		b, _ := searchBytes(h.cfg.Search) // checked by NewHandler6
+		out = append(out, &dhcpv6.OptionGeneric{OptionCode: dhcpv6.OptionDomainSearchList, OptionData: b})
+	}
+	return out
+}
+
+// reply is a REPLY to req with opts.
+func (h *Handler6) reply(req *dhcpv6.Message, opts ...dhcpv6.Option) *dhcpv6.Message {
+	return h.message(req, dhcpv6.MessageTypeReply, opts...)
+}
+
+// message is a message of type t answering req: its transaction ID, its
+// client identifier (if any), our server identifier, then opts.
+func (h *Handler6) message(req *dhcpv6.Message, t dhcpv6.MessageType, opts ...dhcpv6.Option) *dhcpv6.Message {
+	m := &dhcpv6.Message{MessageType: t, TransactionID: req.TransactionID}
+	if cid := req.GetOneOption(dhcpv6.OptionClientID); cid != nil {
+		m.AddOption(cid)
+	}
+	m.AddOption(dhcpv6.OptServerID(h.duid))
+	for _, o := range opts {
+		m.AddOption(o)
+	}
+	return m
+}
+
+func (h *Handler6) request(t dhcpv6.MessageType) {
+	if h.Hooks.Request != nil {
+		h.Hooks.Request(t.String())
+	}
+}
+
+func (h *Handler6) drop(reason string) {
+	if h.Hooks.Drop != nil {
+		h.Hooks.Drop(reason)
+	}
+}
+
+func (h *Handler6) dropped(reason string, t dhcpv6.MessageType, mac net.HardwareAddr, msg string) (*dhcpv6.Message, error) {
+	h.drop(reason)
+	h.log.Debug("dropped", "type", t, "mac", mac.String(), "reason", reason, "why", msg)
+	return nil, nil
+}

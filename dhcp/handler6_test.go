@@ -1,0 +1,332 @@
+package dhcp
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv6"
+	"github.com/insomniacslk/dhcp/iana"
+	"github.com/vmlane/vmlane/leases"
+)
+
+var (
+	t6        = time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	subnet6   = netip.MustParsePrefix("fd00:10:244:3::/64")
+	vmMAC     = net.HardwareAddr{0x02, 0x76, 0x0a, 0xf4, 0x03, 0x02}
+	strayMAC  = net.HardwareAddr{0x52, 0x54, 0x00, 0x00, 0x00, 0x09}
+	serverMAC = net.HardwareAddr{0x02, 0x76, 0x0a, 0xf4, 0x03, 0x01}
+)
+
+// store6 is a dual-stack lease store holding one VM reservation for vmMAC
+// (10.244.3.2, fd00:10:244:3::2) and one IPv4-only lease for strayMAC.
+func store6(t *testing.T) *leases.Store {
+	t.Helper()
+	s, err := leases.Open(filepath.Join(t.TempDir(), "leases.json"), netip.MustParsePrefix("10.244.3.0/24"), netip.MustParseAddr("10.244.3.1"),
+		leases.WithSubnet6(subnet6, netip.MustParseAddr("fd00:10:244:3::1")), leases.WithClock(func() time.Time { return t6 }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Reserve(leases.ReserveRequest{Key: leases.Key{ContainerID: "vm", IfName: "eth0"}, MAC: vmMAC.String(), VM: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Reserve(leases.ReserveRequest{MAC: strayMAC.String()}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func handler6(t *testing.T, s *leases.Store) (*Handler6, map[string]int) {
+	t.Helper()
+	h, err := NewHandler6(Config6{
+		Subnet6:   subnet6,
+		ServerMAC: serverMAC,
+		DNS:       []netip.Addr{netip.MustParseAddr("fd00:96::a"), netip.MustParseAddr("10.96.0.10")},
+		Search:    []string{"default.svc.cluster.local."},
+		LeaseTime: time.Hour,
+	}, StoreAllocator{Store: s}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.now = func() time.Time { return t6 }
+	drops := map[string]int{}
+	h.Hooks.Drop = func(r string) { drops[r]++ }
+	return h, drops
+}
+
+// msg6 builds a client message: a DUID-LLT (of another MAC than the
+// frame's, as a cloned image has), an IA_NA listing addrs, and opts.
+func msg6(t dhcpv6.MessageType, addrs []string, opts ...dhcpv6.Option) *dhcpv6.Message {
+	m := &dhcpv6.Message{MessageType: t, TransactionID: dhcpv6.TransactionID{1, 2, 3}}
+	m.AddOption(dhcpv6.OptClientID(&dhcpv6.DUIDLLT{HWType: iana.HWTypeEthernet, Time: 1, LinkLayerAddr: net.HardwareAddr{0x52, 0x54, 0, 0xaa, 0xbb, 0xcc}}))
+	ia := &dhcpv6.OptIANA{IaId: [4]byte{0, 0, 0, 7}}
+	for _, a := range addrs {
+		ia.Options.Add(&dhcpv6.OptIAAddress{IPv6Addr: net.ParseIP(a)})
+	}
+	m.AddOption(ia)
+	for _, o := range opts {
+		m.AddOption(o)
+	}
+	return m
+}
+
+// summary renders a reply as one line: type, server id?, each IA_NA's
+// addresses with lifetimes and status, the top-level status, DNS.
+func summary(m *dhcpv6.Message) string {
+	if m == nil {
+		return "(no reply)"
+	}
+	s := m.MessageType.String()
+	for _, ia := range m.Options.IANA() {
+		s += " IA_NA("
+		var parts []string
+		for _, a := range ia.Options.Addresses() {
+			parts = append(parts, a.IPv6Addr.String()+"/"+a.ValidLifetime.String())
+		}
+		if st := ia.Options.Status(); st != nil {
+			parts = append(parts, st.StatusCode.String())
+		}
+		s += strings.Join(parts, " ") + ")"
+	}
+	if st := m.Options.Status(); st != nil {
+		s += " status=" + st.StatusCode.String()
+	}
+	if m.GetOneOption(dhcpv6.OptionRapidCommit) != nil {
+		s += " rapid"
+	}
+	if p := m.GetOneOption(dhcpv6.OptionPreference); p != nil {
+		s += " pref"
+	}
+	if d := m.Options.DNS(); len(d) > 0 {
+		s += " dns=" + d[0].String()
+	}
+	if m.GetOneOption(dhcpv6.OptionDomainSearchList) != nil {
+		s += " search"
+	}
+	return s
+}
+
+func TestHandler6Messages(t *testing.T) {
+	const ours, stray = "fd00:10:244:3::2", "fd00:10:244:3::77"
+	sid := func(h *Handler6) dhcpv6.Option { return dhcpv6.OptServerID(h.ServerID()) }
+	otherSID := dhcpv6.OptServerID(&dhcpv6.DUIDLL{HWType: iana.HWTypeEthernet, LinkLayerAddr: strayMAC})
+	rapid := &dhcpv6.OptionGeneric{OptionCode: dhcpv6.OptionRapidCommit}
+	for _, tc := range []struct {
+		name  string
+		mac   net.HardwareAddr
+		msg   func(h *Handler6) *dhcpv6.Message
+		want  string
+		state string // the lease's state6 after, "" for reserved
+		drop  string
+	}{
+		{"solicit", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeSolicit, nil) },
+			"ADVERTISE IA_NA(" + ours + "/1h0m0s) pref dns=fd00:96::a search", "", ""},
+		{"solicit with rapid commit", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeSolicit, nil, rapid) },
+			"REPLY IA_NA(" + ours + "/1h0m0s) rapid dns=fd00:96::a search", "bound", ""},
+		{"solicit from a MAC with no IPv6 address", strayMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeSolicit, nil) },
+			"(no reply)", "", DropNoIP6},
+		{"solicit from an unknown MAC", net.HardwareAddr{2, 0, 0, 0, 0, 1}, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeSolicit, nil) },
+			"(no reply)", "", DropNoIP6},
+		{"solicit naming a server", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeSolicit, nil, sid(h)) },
+			"(no reply)", "", DropServerID},
+		{"request", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeRequest, []string{ours}, sid(h)) },
+			"REPLY IA_NA(" + ours + "/1h0m0s) dns=fd00:96::a search", "bound", ""},
+		{"request for another address", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeRequest, []string{stray}, sid(h)) },
+			"REPLY IA_NA(" + ours + "/1h0m0s " + stray + "/0s) dns=fd00:96::a search", "bound", ""},
+		{"request to another server", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeRequest, []string{ours}, otherSID) },
+			"(no reply)", "", DropOtherServer},
+		{"request with no server id", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeRequest, []string{ours}) },
+			"(no reply)", "", DropServerID},
+		{"request from a MAC with no IPv6 address", strayMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeRequest, []string{stray}, sid(h)) },
+			"REPLY IA_NA(" + stray + "/0s NoAddrsAvail)", "", ""},
+		{"renew", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeRenew, []string{ours}, sid(h)) },
+			"REPLY IA_NA(" + ours + "/1h0m0s) dns=fd00:96::a search", "bound", ""},
+		{"renew with no binding", strayMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeRenew, []string{stray}, sid(h)) },
+			"REPLY IA_NA(" + stray + "/0s NoBinding)", "", ""},
+		{"rebind", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeRebind, []string{ours}) },
+			"REPLY IA_NA(" + ours + "/1h0m0s) dns=fd00:96::a search", "bound", ""},
+		{"rebind of an address nobody gave", strayMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeRebind, []string{stray}) },
+			"REPLY IA_NA(" + stray + "/0s)", "", ""},
+		{"rebind listing nothing, no binding", strayMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeRebind, nil) },
+			"(no reply)", "", DropNoIP6},
+		{"rebind naming a server", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeRebind, []string{ours}, sid(h)) },
+			"(no reply)", "", DropServerID},
+		{"release", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeRelease, []string{ours}, sid(h)) },
+			"REPLY status=Success", "", ""},
+		{"decline", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeDecline, []string{ours}, sid(h)) },
+			"REPLY status=Success", "declined", ""},
+		{"decline of another address", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeDecline, []string{stray}, sid(h)) },
+			"REPLY status=Success", "", ""},
+		{"confirm on link", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeConfirm, []string{ours}) },
+			"REPLY status=Success", "", ""},
+		{"confirm off link", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeConfirm, []string{ours, "fd99::5"}) },
+			"REPLY status=NotOnLink", "", ""},
+		{"confirm listing nothing", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeConfirm, nil) },
+			"(no reply)", "", DropMalformed},
+		{"information-request", strayMAC, func(h *Handler6) *dhcpv6.Message {
+			m := &dhcpv6.Message{MessageType: dhcpv6.MessageTypeInformationRequest}
+			return m
+		}, "REPLY dns=fd00:96::a search", "", ""},
+		{"information-request to another server", strayMAC, func(h *Handler6) *dhcpv6.Message {
+			m := &dhcpv6.Message{MessageType: dhcpv6.MessageTypeInformationRequest}
+			m.AddOption(otherSID)
+			return m
+		}, "(no reply)", "", DropOtherServer},
+		{"no client id", vmMAC, func(h *Handler6) *dhcpv6.Message {
+			return &dhcpv6.Message{MessageType: dhcpv6.MessageTypeSolicit}
+		}, "(no reply)", "", DropMalformed},
+		{"a server's message", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeAdvertise, nil) },
+			"(no reply)", "", DropUnsupported},
+		{"relay-forward", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeRelayForward, nil) },
+			"(no reply)", "", DropUnsupported},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := store6(t)
+			h, drops := handler6(t, s)
+			req := tc.msg(h)
+			reply, err := h.Handle(req, tc.mac)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := summary(reply); got != tc.want {
+				t.Errorf("reply = %s\nwant    %s", got, tc.want)
+			}
+			if reply != nil {
+				if reply.TransactionID != req.TransactionID {
+					t.Errorf("transaction id %v, want %v", reply.TransactionID, req.TransactionID)
+				}
+				if sid := reply.Options.ServerID(); sid == nil || !sid.Equal(h.ServerID()) {
+					t.Errorf("server id %v, want ours", sid)
+				}
+				if cid := req.Options.ClientID(); cid != nil && !reply.Options.ClientID().Equal(cid) {
+					t.Errorf("client id %v, want the request's %v", reply.Options.ClientID(), cid)
+				}
+				if ia := req.Options.OneIANA(); ia != nil && reply.Options.OneIANA() != nil && reply.Options.OneIANA().IaId != ia.IaId {
+					t.Errorf("IAID %v, want the request's %v", reply.Options.OneIANA().IaId, ia.IaId)
+				}
+			}
+			if tc.drop != "" && drops[tc.drop] != 1 {
+				t.Errorf("drops %v, want one %s", drops, tc.drop)
+			}
+			if tc.drop == "" && len(drops) > 0 {
+				t.Errorf("drops %v, want none", drops)
+			}
+			l, _, err := s.Get(leases.Key{ContainerID: "vm", IfName: "eth0"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(l.State6) != tc.state {
+				t.Errorf("lease state6 %q, want %q", l.State6, tc.state)
+			}
+			if tc.state == "bound" && !l.Expires6.Equal(t6.Add(time.Hour)) {
+				t.Errorf("expires6 %v, want %v", l.Expires6, t6.Add(time.Hour))
+			}
+		})
+	}
+}
+
+// TestHandler6Lifecycle runs one client's exchanges in order against the
+// store: bound, released, bound again, declined (then silent), and served
+// again once the quarantine ends.
+func TestHandler6Lifecycle(t *testing.T) {
+	s := store6(t)
+	h, drops := handler6(t, s)
+	sid := dhcpv6.OptServerID(h.ServerID())
+	const ours = "fd00:10:244:3::2"
+	step := func(m *dhcpv6.Message, want string) {
+		t.Helper()
+		r, err := h.Handle(m, vmMAC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := summary(r); got != want {
+			t.Fatalf("%s: %s, want %s", m.MessageType, got, want)
+		}
+	}
+	step(msg6(dhcpv6.MessageTypeSolicit, nil), "ADVERTISE IA_NA("+ours+"/1h0m0s) pref dns=fd00:96::a search")
+	step(msg6(dhcpv6.MessageTypeRequest, []string{ours}, sid), "REPLY IA_NA("+ours+"/1h0m0s) dns=fd00:96::a search")
+	step(msg6(dhcpv6.MessageTypeRelease, []string{ours}, sid), "REPLY status=Success")
+	step(msg6(dhcpv6.MessageTypeRequest, []string{ours}, sid), "REPLY IA_NA("+ours+"/1h0m0s) dns=fd00:96::a search")
+	step(msg6(dhcpv6.MessageTypeDecline, []string{ours}, sid), "REPLY status=Success")
+	step(msg6(dhcpv6.MessageTypeSolicit, nil), "(no reply)")
+	step(msg6(dhcpv6.MessageTypeRequest, []string{ours}, sid), "REPLY IA_NA("+ours+"/0s NoAddrsAvail)")
+	if drops[DropDeclined] != 1 {
+		t.Errorf("drops %v, want one %s", drops, DropDeclined)
+	}
+	s2, err := leases.Open(s.Path(), s.Subnet(), s.Gateway(), leases.WithSubnet6(subnet6, netip.MustParseAddr("fd00:10:244:3::1")),
+		leases.WithClock(func() time.Time { return t6.Add(DefaultQuarantine) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s2.Expire(); err != nil {
+		t.Fatal(err)
+	}
+	step(msg6(dhcpv6.MessageTypeSolicit, nil), "ADVERTISE IA_NA("+ours+"/1h0m0s) pref dns=fd00:96::a search")
+}
+
+func TestHandler6StoreError(t *testing.T) {
+	h, drops := handler6(t, store6(t))
+	h.alloc = failing6{}
+	r, err := h.Handle(msg6(dhcpv6.MessageTypeSolicit, nil), vmMAC)
+	if err == nil || r != nil {
+		t.Fatalf("Handle = %v, %v; want no reply and the store's error", r, err)
+	}
+	if drops[DropStoreError] != 1 {
+		t.Errorf("drops %v", drops)
+	}
+}
+
+type failing6 struct{}
+
+var errStore = errors.New("disk on fire")
+
+func (failing6) Lookup(net.HardwareAddr) (leases.Lease, bool, error) {
+	return leases.Lease{}, false, errStore
+}
+func (failing6) Bind6(net.HardwareAddr, netip.Addr, time.Time) (leases.Lease, error) {
+	return leases.Lease{}, errStore
+}
+func (failing6) Release6(net.HardwareAddr, netip.Addr) (leases.Lease, bool, error) {
+	return leases.Lease{}, false, errStore
+}
+func (failing6) Decline6(net.HardwareAddr, netip.Addr, time.Time) (leases.Lease, error) {
+	return leases.Lease{}, errStore
+}
+
+func TestNewHandler6Checks(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config6
+		want string
+	}{
+		{Config6{Subnet6: netip.MustParsePrefix("10.0.0.0/24"), ServerMAC: serverMAC}, "not an IPv6 prefix"},
+		{Config6{Subnet6: subnet6}, "not a 48-bit MAC"},
+		{Config6{Subnet6: subnet6, ServerMAC: serverMAC, LeaseTime: 1 << 62}, "does not fit"},
+	} {
+		if _, err := NewHandler6(tc.cfg, nil, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("NewHandler6(%+v) = %v, want %q", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+func TestParseUDP6(t *testing.T) {
+	payload := []byte{1, 2, 3, 4}
+	b := make([]byte, 48, 52)
+	b[0], b[6] = 0x60, 17
+	copy(b[8:24], netip.MustParseAddr("fe80::1").AsSlice())
+	b[40], b[41] = 0x02, 0x22 // port 546
+	b[44], b[45] = 0, 12
+	b = append(b, payload...)
+	src, p, ok := parseUDP6(b)
+	if !ok || src.String() != "[fe80::1]:546" || string(p) != string(payload) {
+		t.Fatalf("parseUDP6 = %v %v %v", src, p, ok)
+	}
+	for _, bad := range [][]byte{b[:47], append([]byte{0x40}, b[1:]...), func() []byte { c := append([]byte(nil), b...); c[45] = 200; return c }()} {
+		if _, _, ok := parseUDP6(bad); ok {
+			t.Errorf("parseUDP6 accepted %x", bad)
+		}
+	}
+}
