@@ -28,9 +28,13 @@ func conflistFile(vm bool) string {
 
 // conflistParams is what the node's conflist is made of.
 type conflistParams struct {
-	Bridge    string
-	Subnet    netip.Prefix
-	Gateway   netip.Addr
+	Bridge  string
+	Subnet  netip.Prefix
+	Gateway netip.Addr
+	// Subnet6 and Gateway6 are the IPv6 side of a dual-stack node; zero
+	// on an IPv4-only one.
+	Subnet6   netip.Prefix
+	Gateway6  netip.Addr
 	MTU       int
 	LeaseFile string
 	LeaseTime time.Duration
@@ -74,6 +78,10 @@ func renderConflist(p conflistParams) ([]byte, error) {
 		"leaseTime":    p.LeaseTime.String(),
 		"vm":           p.VM,
 		"capabilities": map[string]bool{"mac": true, "ips": true},
+	}
+	if p.Subnet6.IsValid() {
+		plugin["subnet6"] = p.Subnet6.String()
+		plugin["gateway6"] = p.Gateway6.String()
 	}
 	if p.MTU != 0 {
 		plugin["mtu"] = p.MTU

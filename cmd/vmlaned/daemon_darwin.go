@@ -64,6 +64,9 @@ func (d *darwinNode) setup(_ context.Context, subnet netip.Prefix, reg prometheu
 	if d.v.m == nil {
 		d.v.m = newVmnetMetrics(reg)
 	}
+	if d.c.PodCIDR6.IsValid() {
+		d.log.Info("the node's IPv6 podCIDR is not served: vmnet's shared network is IPv4 only", "podCIDR6", d.c.PodCIDR6)
+	}
 	return func() {}, d.v.configure(subnet)
 }
 

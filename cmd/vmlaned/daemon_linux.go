@@ -127,8 +127,16 @@ func setupNode(c *config, subnet netip.Prefix, log *slog.Logger) (int, error) {
 		return 0, fmt.Errorf("setting up bridge %s: %w", c.Bridge, err)
 	}
 	ensureForwarding(subnet, log)
+	var gw6 netip.Addr
+	if s6 := c.PodCIDR6; s6.IsValid() {
+		gw6 = s6.Addr().Next()
+		if err := bridge.EnsureAddr(c.Bridge, netip.PrefixFrom(gw6, s6.Bits())); err != nil {
+			return 0, fmt.Errorf("putting IPv6 gateway %s on bridge %s: %w", gw6, c.Bridge, err)
+		}
+		ensureForwarding(s6, log)
+	}
 	for _, vm := range []bool{false, true} {
-		p := conflistParams{Bridge: c.Bridge, Subnet: subnet, Gateway: gw, MTU: mtu, LeaseFile: c.LeaseFile,
+		p := conflistParams{Bridge: c.Bridge, Subnet: subnet, Gateway: gw, Subnet6: c.PodCIDR6, Gateway6: gw6, MTU: mtu, LeaseFile: c.LeaseFile,
 			LeaseTime: c.LeaseTime, DNS: c.DNS, Search: c.Search, Domain: c.Domain, VM: vm, Exclude: c.DHCPRangeText, CNIVersion: c.CNIVersion, NoAntiSpoof: !c.AntiSpoof}
 		data, err := renderConflist(p)
 		if err != nil {
@@ -147,7 +155,7 @@ func setupNode(c *config, subnet netip.Prefix, log *slog.Logger) (int, error) {
 			log.Info("wrote CNI config", "file", filepath.Join(dir, name), "subnet", subnet)
 		}
 	}
-	log.Info("node set up", "bridge", c.Bridge, "gateway", gw, "mtu", mtu)
+	log.Info("node set up", "bridge", c.Bridge, "gateway", gw, "gateway6", gw6, "mtu", mtu)
 	return mtu, nil
 }
 

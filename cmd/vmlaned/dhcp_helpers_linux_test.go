@@ -112,6 +112,16 @@ func (d *standalone) waitLog(t *testing.T, what string, match func(line string) 
 // TAP (the VM NIC's MAC) and reserved address.
 func (d *standalone) cniAdd(t *testing.T, pod *netnstest.NS, containerID, podName string) (tap *current.Interface, ip string) {
 	t.Helper()
+	res := d.cniAddResult(t, pod, containerID, podName)
+	// The IP names the pod veth (CNI_IFNAME); the TAP, with the guest's
+	// MAC, comes last.
+	return res.Interfaces[len(res.Interfaces)-1], res.IPs[0].Address.IP.String()
+}
+
+// cniAddResult is cniAdd's whole result: on a dual-stack node its second
+// IP is the attachment's IPv6 address.
+func (d *standalone) cniAddResult(t *testing.T, pod *netnstest.NS, containerID, podName string) *current.Result {
+	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(d.confDir, VMConflistName))
 	if err != nil {
 		t.Fatal(err)
@@ -139,12 +149,10 @@ func (d *standalone) cniAdd(t *testing.T, pod *netnstest.NS, containerID, podNam
 	if err := json.Unmarshal(out, &res); err != nil {
 		t.Fatalf("CNI result: %v\n%s", err, out)
 	}
-	if len(res.IPs) != 1 || res.IPs[0].Interface == nil {
-		t.Fatalf("CNI result without one IP on an interface: %s", out)
+	if len(res.IPs) == 0 || res.IPs[0].Interface == nil {
+		t.Fatalf("CNI result without an IP on an interface: %s", out)
 	}
-	// The IP names the pod veth (CNI_IFNAME); the TAP, with the guest's
-	// MAC, comes last.
-	return res.Interfaces[len(res.Interfaces)-1], res.IPs[0].Address.IP.String()
+	return &res
 }
 
 // bridgePort makes a namespace whose eth0, with MAC mac, is a port of the
@@ -200,6 +208,7 @@ type client struct {
 	ns                *netnstest.NS
 	dir, script       string
 	mac, ip, pod, cid string
+	ip6               string // the reservation's IPv6 address on a dual-stack node
 	cmd               *exec.Cmd
 	out               syncBuffer
 }
@@ -212,8 +221,11 @@ func newClient(t *testing.T, d *standalone, kind *clientKind, tag string) *clien
 	t.Helper()
 	privtest.Require(t, kind.tools...)
 	c := &client{kind: kind, dir: t.TempDir(), pod: "vm-" + tag, cid: "cid-" + tag}
-	tap, ip := d.cniAdd(t, netnstest.New(t, "pod-"+tag), c.cid, c.pod)
-	c.mac, c.ip = tap.Mac, ip
+	res := d.cniAddResult(t, netnstest.New(t, "pod-"+tag), c.cid, c.pod)
+	c.mac, c.ip = res.Interfaces[len(res.Interfaces)-1].Mac, res.IPs[0].Address.IP.String()
+	if len(res.IPs) > 1 {
+		c.ip6 = res.IPs[1].Address.IP.String()
+	}
 	port := plugin.HostVethName(leases.Key{ContainerID: c.cid, IfName: "eth0"})
 	d.node.MustRun(t, "ip", "link", "del", port)
 	c.ns = bridgePort(t, d.node, tag, port, c.mac)

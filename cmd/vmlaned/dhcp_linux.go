@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/vmlane/vmlane/dhcp"
+	"github.com/vmlane/vmlane/internal/ra"
 	"github.com/vmlane/vmlane/leases"
 )
 
@@ -115,7 +116,11 @@ func (m *dhcpMetrics) hooks() dhcp.Hooks {
 func startDHCP(ctx context.Context, c *config, subnet netip.Prefix, mtu int, reg prometheus.Registerer, log *slog.Logger) (flush func(), err error) {
 	dlog := log.With("component", "dhcp")
 	gw := subnet.Addr().Next()
-	store, err := leases.Open(c.LeaseFile, subnet, gw, leases.WithNode(c.NodeName))
+	opts := []leases.Option{leases.WithNode(c.NodeName)}
+	if s6 := c.PodCIDR6; s6.IsValid() {
+		opts = append(opts, leases.WithSubnet6(s6, s6.Addr().Next()))
+	}
+	store, err := leases.Open(c.LeaseFile, subnet, gw, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("lease store: %w", err)
 	}
@@ -123,8 +128,14 @@ func startDHCP(ctx context.Context, c *config, subnet netip.Prefix, mtu int, reg
 		ServerIP: gw, Subnet: subnet, Router: gw, Domain: c.Domain, Search: c.Search,
 		MTU: mtu, LeaseTime: c.LeaseTime, DynamicRange: c.DHCPRange,
 	}
+	var dns6 []netip.Addr
 	for _, s := range c.DNS {
-		cfg.DNS = append(cfg.DNS, netip.MustParseAddr(s)) // checked in parseFlags
+		a := netip.MustParseAddr(s) // checked in parseFlags
+		if a.Is4() {
+			cfg.DNS = append(cfg.DNS, a)
+		} else {
+			dns6 = append(dns6, a)
+		}
 	}
 	m := newDHCPMetrics(reg)
 	alloc := dhcp.NewStoreAllocator(store)
@@ -148,6 +159,11 @@ func startDHCP(ctx context.Context, c *config, subnet netip.Prefix, mtu int, reg
 			dlog.Error("DHCP server stopped", "err", err)
 		}
 	}()
+	if c.PodCIDR6.IsValid() {
+		if err := startDHCPv6(ctx, c, alloc, dns6, mtu, reg, log); err != nil {
+			return nil, err
+		}
+	}
 	if c.AntiSpoof {
 		if err := backfillBridgePorts(store, c.Bridge, log.With("component", "antispoof")); err != nil {
 			dlog.Warn("naming the bridge ports of leases from before anti-spoofing", "err", err)
@@ -157,6 +173,69 @@ func startDHCP(ctx context.Context, c *config, subnet netip.Prefix, mtu int, reg
 	go remarkHeld(ctx, store, c.Bridge, gw, c.LeaseTime, dlog)
 	dlog.Info("DHCP server up", "bridge", c.Bridge, "server", gw, "range", c.DHCPRangeText)
 	return alloc.Flush, nil
+}
+
+// startDHCPv6 runs, for a dual-stack node, the DHCPv6 server and the
+// router advertisements on the bridge: the RA makes the bridge the guests'
+// default router and sends them to DHCPv6 (M flag, prefix on-link with no
+// SLAAC), DHCPv6 hands each VM the ip6 its lease holds. The server's
+// sockets are open before this returns.
+func startDHCPv6(ctx context.Context, c *config, alloc dhcp.StoreAllocator, dns6 []netip.Addr, mtu int, reg prometheus.Registerer, log *slog.Logger) error {
+	s6 := c.PodCIDR6
+	br, err := net.InterfaceByName(c.Bridge)
+	if err != nil {
+		return fmt.Errorf("DHCPv6 server: %w", err)
+	}
+	h, err := dhcp.NewHandler6(dhcp.Config6{
+		Subnet6: s6, ServerMAC: br.HardwareAddr, DNS: dns6, Search: c.Search, LeaseTime: c.LeaseTime,
+	}, alloc, log)
+	if err != nil {
+		return fmt.Errorf("DHCPv6 server config: %w", err)
+	}
+	h.Hooks = newDHCPv6Metrics(reg).hooks()
+	srv, err := dhcp.Listen6(c.Bridge, h)
+	if err != nil {
+		return fmt.Errorf("DHCPv6 server on %s: %w", c.Bridge, err)
+	}
+	go func() {
+		if err := srv.Serve(ctx, log); err != nil && ctx.Err() == nil {
+			log.Error("DHCPv6 server stopped", "component", "dhcpv6", "err", err)
+		}
+	}()
+	rc := ra.Config{Iface: c.Bridge, Prefix: s6, DNS: dns6, Search: c.Search}
+	if mtu >= 1280 {
+		rc.MTU = mtu
+	}
+	go func() {
+		if err := ra.Run(ctx, rc, log); err != nil {
+			log.Error("router advertisements stopped", "component", "ra", "err", err)
+		}
+	}()
+	log.Info("DHCPv6 server and router advertisements up", "component", "dhcpv6", "bridge", c.Bridge, "subnet6", s6)
+	return nil
+}
+
+// dhcpv6Metrics are the DHCPv6 server's Prometheus metrics.
+type dhcpv6Metrics struct {
+	requests, replies, drops *prometheus.CounterVec
+}
+
+func newDHCPv6Metrics(reg prometheus.Registerer) *dhcpv6Metrics {
+	m := &dhcpv6Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vmlane_dhcpv6_requests_total", Help: "DHCPv6 requests by message type."}, []string{"type"}),
+		replies:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vmlane_dhcpv6_replies_total", Help: "DHCPv6 replies by message type."}, []string{"type"}),
+		drops:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vmlane_dhcpv6_dropped_total", Help: "DHCPv6 messages answered with nothing, by reason."}, []string{"reason"}),
+	}
+	reg.MustRegister(m.requests, m.replies, m.drops)
+	return m
+}
+
+func (m *dhcpv6Metrics) hooks() dhcp.Hooks6 {
+	return dhcp.Hooks6{
+		Request: func(t string) { m.requests.WithLabelValues(t).Inc() },
+		Reply:   func(t string) { m.replies.WithLabelValues(t).Inc() },
+		Drop:    func(r string) { m.drops.WithLabelValues(r).Inc() },
+	}
 }
 
 // stateUnknown is vmlane_leases' label for every state this version does

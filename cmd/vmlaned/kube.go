@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/vmlane/vmlane/leases"
 	"github.com/vmlane/vmlane/routes"
 )
 
@@ -48,19 +50,49 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
-// waitForIPv4PodCIDR waits for the node's podCIDRs and returns its IPv4
-// one; a node with none fails with why (what needs IPv4 on this system).
-func waitForIPv4PodCIDR(ctx context.Context, client kubernetes.Interface, name string, log *slog.Logger, why string) (netip.Prefix, error) {
+// waitForNodePodCIDRs waits for the node's podCIDRs and returns its IPv4
+// one and, on a dual-stack node, its IPv6 one; podCIDRs vmlane cannot
+// serve fail with why (what needs IPv4 on this system) or what is wrong.
+func waitForNodePodCIDRs(ctx context.Context, client kubernetes.Interface, name string, log *slog.Logger, why string) (v4, v6 netip.Prefix, err error) {
 	cidrs, err := waitForPodCIDRs(ctx, client, name, log)
 	if err != nil {
-		return netip.Prefix{}, err
+		return v4, v6, err
 	}
+	v4, v6, err = splitPodCIDRs(cidrs)
+	if err != nil {
+		return v4, v6, fmt.Errorf("node %s podCIDRs %v: %w (%s)", name, cidrs, err, why)
+	}
+	return v4, v6, nil
+}
+
+// splitPodCIDRs checks a node's podCIDRs (spec.podCIDRs or --pod-cidr):
+// exactly one IPv4 network of /30 or larger, and at most one IPv6 network
+// of /64 to /120 (what the lease store allocates from). An IPv6-only node
+// is an error: VM pods get their address by DHCPv4.
+func splitPodCIDRs(cidrs []netip.Prefix) (v4, v6 netip.Prefix, err error) {
 	for _, p := range cidrs {
 		if p.Addr().Is4() {
-			return p, nil
+			if v4.IsValid() {
+				return v4, v6, fmt.Errorf("two IPv4 podCIDRs, %s and %s", v4, p)
+			}
+			if p.Bits() > 30 {
+				return v4, v6, fmt.Errorf("IPv4 podCIDR %s is smaller than a /30, which has a gateway and one host", p)
+			}
+			v4 = p
+			continue
 		}
+		if v6.IsValid() {
+			return v4, v6, fmt.Errorf("two IPv6 podCIDRs, %s and %s", v6, p)
+		}
+		if err := leases.CheckSubnet6(p, p.Addr().Next()); err != nil {
+			return v4, v6, fmt.Errorf("IPv6 podCIDR: %w", err)
+		}
+		v6 = p
 	}
-	return netip.Prefix{}, fmt.Errorf("node %s has no IPv4 podCIDR (%v): %s", name, cidrs, why)
+	if !v4.IsValid() {
+		return v4, v6, errors.New("no IPv4 podCIDR: an IPv6-only node cannot serve VMs, which get their address by DHCPv4 (a dual-stack node has both)")
+	}
+	return v4, v6, nil
 }
 
 // waitForPodCIDRs polls the node until the node IPAM controller has given

@@ -38,9 +38,12 @@ var version = "dev"
 
 // config is vmlaned's flags, parsed and checked.
 type config struct {
-	Kubeconfig    string
-	NodeName      string
-	PodCIDR       netip.Prefix // standalone mode when set
+	Kubeconfig string
+	NodeName   string
+	PodCIDR    netip.Prefix // standalone mode when set
+	// PodCIDR6 is the node's IPv6 podCIDR on a dual-stack node (from
+	// --pod-cidr, or the Node's spec.podCIDRs); zero otherwise.
+	PodCIDR6      netip.Prefix
 	ClusterCIDRs  []netip.Prefix
 	RouteProtocol int
 	Resync        time.Duration
@@ -87,7 +90,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	var podCIDR, clusterCIDR, dns, search, logLevel, cniVersion string
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses the in-cluster config")
 	fs.StringVar(&c.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
-	fs.StringVar(&podCIDR, "pod-cidr", "", "standalone mode: serve this subnet without Kubernetes")
+	fs.StringVar(&podCIDR, "pod-cidr", "", "standalone mode: serve this subnet without Kubernetes (IPv4, or IPv4,IPv6 for dual stack)")
 	fs.StringVar(&clusterCIDR, "cluster-cidr", "", "the cluster's pod network, comma-separated (default: every node's podCIDRs)")
 	fs.IntVar(&c.RouteProtocol, "route-protocol", routes.DefaultProtocol, "route protocol number that marks vmlane's routes")
 	fs.DurationVar(&c.Resync, "resync-period", 30*time.Second, "how often routes and rules are checked without events")
@@ -136,11 +139,19 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		c.CNIVersion = cniVersion
 	}
 	if podCIDR != "" {
-		p, err := netip.ParsePrefix(podCIDR)
-		if err != nil || p != p.Masked() || !p.Addr().Is4() || p.Bits() > 30 {
-			return nil, fmt.Errorf("invalid --pod-cidr %q: want an IPv4 network of /30 or larger, like 10.244.3.0/24", podCIDR)
+		var cidrs []netip.Prefix
+		for _, f := range splitList(podCIDR) {
+			p, err := netip.ParsePrefix(f)
+			if err != nil || p != p.Masked() {
+				return nil, fmt.Errorf("invalid --pod-cidr %q: %q is not a network CIDR", podCIDR, f)
+			}
+			cidrs = append(cidrs, p)
 		}
-		c.PodCIDR = p
+		v4, v6, err := splitPodCIDRs(cidrs)
+		if err != nil {
+			return nil, fmt.Errorf("invalid --pod-cidr %q: %w", podCIDR, err)
+		}
+		c.PodCIDR, c.PodCIDR6 = v4, v6
 	} else if c.NodeName == "" {
 		return nil, errors.New("--node-name (or $NODE_NAME) is required unless --pod-cidr runs vmlaned standalone")
 	}

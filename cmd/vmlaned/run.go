@@ -19,9 +19,10 @@ import (
 type platform interface {
 	// ipv4Why says what needs an IPv4 podCIDR on this system.
 	ipv4Why() string
-	// setup configures the node for its IPv4 pod subnet (Linux: bridge,
-	// conflists, the DHCP server, anti-spoofing; macOS: vmnet) and
-	// returns what to run when vmlaned stops.
+	// setup configures the node for its IPv4 pod subnet, and on Linux its
+	// IPv6 one (config.PodCIDR6) too (Linux: bridge, conflists, the DHCP
+	// and DHCPv6 servers, router advertisements, anti-spoofing; macOS:
+	// vmnet, IPv4 only) and returns what to run when vmlaned stops.
 	setup(ctx context.Context, subnet netip.Prefix, reg prometheus.Registerer) (stop func(), err error)
 	// standalone keeps a node without Kubernetes in shape until ctx ends.
 	standalone(ctx context.Context, subnet netip.Prefix)
@@ -64,10 +65,11 @@ func run(ctx context.Context, c *config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	v4, err := waitForIPv4PodCIDR(ctx, client, c.NodeName, log, p.ipv4Why())
+	v4, v6, err := waitForNodePodCIDRs(ctx, client, c.NodeName, log, p.ipv4Why())
 	if err != nil {
 		return err
 	}
+	c.PodCIDR6 = v6
 	stop, err := p.setup(ctx, v4, reg)
 	if err != nil {
 		return err
