@@ -19,7 +19,7 @@ export GOFLAGS ?= -buildvcs=false
 CNI_PLUGINS_VERSION = $(shell $(GO) list -m -f '{{.Version}}' github.com/containernetworking/plugins)
 CNI_PLUGINS_DIR     = $(CACHE)/cni-plugins/$(CNI_PLUGINS_VERSION)
 
-.PHONY: all build test deps lint unit e2e fuzz darwin bench demo demo-down guest controlplane realnode image cni-reference clean distclean
+.PHONY: all build test deps lint unit e2e fuzz darwin bench demo demo-down guest udhcpc6 controlplane realnode image cni-reference clean distclean
 
 all: build
 
@@ -44,6 +44,10 @@ deps:
 guest: deps
 	@bash internal/testvm/build-guest.sh $(CACHE)/guest
 
+## udhcpc6: a static busybox with udhcpc6 (Debian's has none) from Debian's busybox source package, cached
+udhcpc6:
+	@bash internal/testvm/build-udhcpc6.sh $(CACHE)/udhcpc6 >/dev/null
+
 ## controlplane: kube-apiserver and etcd built from the module proxy, cached
 controlplane:
 	@bash internal/controlplane/build.sh $(CACHE)/controlplane
@@ -57,12 +61,13 @@ image: deps build
 	@bash internal/imagebuild/build.sh $(CACHE)/images $(BIN)
 
 ## test: everything CI runs: lint, unit + privileged tests, e2e, fuzz, darwin build
-test: deps guest controlplane realnode image cni-reference build lint unit e2e fuzz darwin
+test: deps udhcpc6 guest controlplane realnode image cni-reference build lint unit e2e fuzz darwin
 	@echo "make test: all passed"
 
 # The environment every privileged test and the demo find their inputs by.
 TEST_ENV = VMLANE_PRIVILEGED=require VMLANE_BIN_DIR=$(BIN) \
 	VMLANE_GUEST_DIR=$$(bash internal/testvm/build-guest.sh --print-dir $(CACHE)/guest) \
+	VMLANE_UDHCPC6=$$(bash internal/testvm/build-udhcpc6.sh --print-dir $(CACHE)/udhcpc6) \
 	VMLANE_CONTROLPLANE_DIR=$$(bash internal/controlplane/build.sh --print-dir $(CACHE)/controlplane) \
 	VMLANE_REALNODE_DIR=$$(bash internal/realnode/build.sh --print-dir $(CACHE)/realnode) \
 	VMLANE_IMAGE_DIR=$(CACHE)/images VMLANE_CNI_PLUGINS_DIR=$(CNI_PLUGINS_DIR)

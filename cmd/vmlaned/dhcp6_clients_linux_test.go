@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -84,13 +85,16 @@ func (c *client) dhcpcd6Control(t *testing.T, verb string) {
 var udhcpc6 = &clientKind{
 	name: "udhcpc6", tools: []string{},
 	bound: "bound", renewed: "renew", released: "deconfig", failed: []string{"leasefail", "nak"},
+	// It sends renewals and its release from the address it got.
+	configures: true,
 	command: func(t *testing.T, c *client, probe bool) *exec.Cmd {
 		return c.ns.Command(udhcpc6Bin(t), "udhcpc6", "-f", "-i", "eth0", "-s", c.script, "-t", "10", "-T", "1", "-O", "dns", "-O", "search")
 	},
 	renew:   func(t *testing.T, c *client) { c.signal(t, syscall.SIGUSR1) },
 	release: func(t *testing.T, c *client) { c.signal(t, syscall.SIGUSR2) },
 	options: func(env map[string]string) map[string]string {
-		return map[string]string{"ip6": env["ipv6"], "dns": words(env["dns"]), "search": words(env["search"])}
+		// It prints addresses in full ("fd00:0096:0000:…").
+		return map[string]string{"ip6": canonAddrs(env["ipv6"]), "dns": canonAddrs(env["dns"]), "search": words(env["search"])}
 	},
 }
 
@@ -224,4 +228,15 @@ func waitLinkLocal(t *testing.T, ns *netnstest.NS) {
 			t.Fatalf("eth0 has no usable link-local address:\n%s", out)
 		}
 	}
+}
+
+// canonAddrs writes each address of a list in its canonical form.
+func canonAddrs(s string) string {
+	f := strings.Fields(s)
+	for i, w := range f {
+		if a, err := netip.ParseAddr(w); err == nil {
+			f[i] = a.String()
+		}
+	}
+	return strings.Join(f, " ")
 }

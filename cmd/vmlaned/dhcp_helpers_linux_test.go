@@ -192,8 +192,13 @@ n=$(ls "$d" | grep -c '^ev\.')
 env > "$d/tmp.$$" && mv "$d/tmp.$$" "$d/ev.$((n + 1)).$r"
 $configure || exit 0
 case "$r" in
-bound|renew) ip addr replace "$ip/$mask" dev "$interface" ;;
-deconfig) ip addr flush dev "$interface"; ip link set "$interface" up ;;
+bound|renew)
+	if [ -n "$ipv6" ]; then # udhcpc6
+		ip -6 addr replace "$ipv6/128" dev "$interface" nodad
+	else
+		ip addr replace "$ip/$mask" dev "$interface"
+	fi ;;
+deconfig) ip -4 addr flush dev "$interface"; ip -6 addr flush dev "$interface" scope global; ip link set "$interface" up ;;
 PREINIT) ip link set "$interface" up ;;
 BOUND|RENEW|REBIND|REBOOT) ip addr replace "$new_ip_address/$new_subnet_mask" dev "$interface" ;;
 RELEASE|EXPIRE|STOP|FAIL) ip addr flush dev "$interface" ;;
