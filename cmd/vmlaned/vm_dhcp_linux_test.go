@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net/netip"
 	"testing"
 	"time"
 
@@ -49,5 +50,58 @@ func TestVMGetsReservedAddressByDHCP(t *testing.T) {
 	}
 	if got, ok := snap.ByMAC(tap.Mac); !ok || got.State != leases.StateBound || got.IP.String() != reserved {
 		t.Errorf("lease after DHCP: %+v (found %v), want bound to %s", got, ok, reserved)
+	}
+}
+
+// TestVMGetsBothAddresses is TestVMGetsReservedAddressByDHCP on a
+// dual-stack node: the guest, running udhcpc and udhcpc6 as a typical
+// image would, gets the reserved IPv4 address by DHCPv4 and the reserved
+// IPv6 address by DHCPv6, takes the bridge as its IPv6 default router from
+// the router advertisements, and pings the IPv6 gateway; the lease is
+// bound for both.
+func TestVMGetsBothAddresses(t *testing.T) {
+	g := testvm.Need(t, "ip", "iptables", "nsenter")
+	bin := buildBinaries(t)
+	d := startStandalone(t, bin, netnstest.New(t, "node"), "10.250.31.0/24,fd00:250:31::/64", "--dns", "10.96.0.10,fd00:96::a",
+		"--search", "default.svc.cluster.local")
+	pod := netnstest.New(t, "pod")
+	res := d.cniAddResult(t, pod, "vm6", "vm-six")
+	if len(res.IPs) != 2 {
+		t.Fatalf("CNI result IPs %v, want IPv4 and IPv6", res.IPs)
+	}
+	tap := res.Interfaces[len(res.Interfaces)-1]
+	reserved, reserved6 := res.IPs[0].Address.IP.String(), res.IPs[1].Address.IP.String()
+
+	vm, err := g.Run(t.Context(), testvm.Config{
+		NetNS: pod.Path, Tap: tap.Name, MAC: tap.Mac, Mode: testvm.ModeDHCP, IPv6: true,
+		Ping: []string{"10.250.31.1", "fd00:250:31::1"}, Timeout: 3 * time.Minute,
+	})
+	if err != nil {
+		t.Fatalf("guest: %v", err)
+	}
+	if vm.DHCP == nil || vm.DHCP.IP.String() != reserved {
+		t.Errorf("guest's DHCPv4 lease %+v, want %s", vm.DHCP, reserved)
+	}
+	if l6 := vm.DHCP6; l6 == nil || l6.IP.String() != reserved6 || len(l6.DNS) != 1 || l6.DNS[0].String() != "fd00:96::a" ||
+		len(l6.Search) != 1 || l6.Search[0] != "default.svc.cluster.local" {
+		t.Errorf("guest's DHCPv6 lease %+v (events %v), want %s with DNS fd00:96::a and the search list", l6, vm.DHCP6Events, reserved6)
+	}
+	if n := vm.Net6; n == nil || len(n.Addrs) != 1 || n.Addrs[0].Addr().String() != reserved6 || !n.Gateway.IsLinkLocalUnicast() {
+		t.Errorf("guest's IPv6 configuration %+v, want %s and a link-local default router", n, reserved6)
+	}
+	for _, target := range []string{"10.250.31.1", "fd00:250:31::1"} {
+		if p, ok := vm.Ping(target); !ok || !p.OK {
+			t.Errorf("guest could not ping %s: %+v", target, vm.Pings)
+		}
+	}
+	if len(vm.Errors) > 0 {
+		t.Errorf("guest errors: %v", vm.Errors)
+	}
+	snap, err := leases.Read(d.leaseFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := snap.ByIP(netip.MustParseAddr(reserved6)); !ok || got.State6 != leases.StateBound || got.MAC != tap.Mac {
+		t.Errorf("lease after DHCPv6: %+v (found %v), want ip6 bound to %s", got, ok, tap.Mac)
 	}
 }

@@ -8,13 +8,15 @@
 #   OUTDIR/vmlinuz      the Debian kernel, unpacked from its .deb (not installed)
 #   OUTDIR/vmlinux      the same kernel as a plain ELF, for faster PVH boot
 #                       (absent if it could not be extracted; vmlinuz works too)
-#   OUTDIR/initrd.img   gzip'd cpio newc: busybox-static, virtio-net modules, /init
-#                       and the CGI /www/cgi-bin/whoami
+#   OUTDIR/initrd.img   gzip'd cpio newc: busybox-static, virtio-net and ipv6
+#                       modules, /init, the CGI /www/cgi-bin/whoami, and a
+#                       busybox with udhcpc6 (build-udhcpc6.sh, cached in
+#                       OUTDIR/../udhcpc6: Debian's busybox has none)
 #   OUTDIR/.stamp       the build key; written last, so its presence means "complete"
 #
 # The key (printed on stdout; with --print-dir the absolute OUTDIR is printed
 # instead, after building) is the versioned kernel package and version
-# plus a hash of this script and of guest/*. A second run returns at once
+# plus a hash of this script, of guest/* and of the udhcpc6 build's key. A second run returns at once
 # when OUTDIR holds a complete build of the same scripts; an edited init
 # rebuilds, and VMLANE_GUEST_REFRESH=1 also picks up a newer kernel. The unpacked
 # kernel (vmlinuz and the few modules we need) is kept in OUTDIR/kernel/, so
@@ -111,7 +113,7 @@ kernel_pkg() {
 
 # The virtio-net-pci NIC needs these; which ones are modules and which are
 # built in depends on the kernel config, so we ask modules.builtin/modules.dep.
-want_mods=(virtio virtio_ring virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci failover net_failover virtio_net)
+want_mods=(virtio virtio_ring virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci failover net_failover virtio_net ipv6)
 
 # extract_vmlinux BZIMAGE OUT unpacks the ELF kernel inside a bzImage.
 # QEMU boots an ELF kernel with a PVH note (CONFIG_PVH, set in Debian's
@@ -144,8 +146,11 @@ mkdir -p "$out"
 exec 9>"$out/.lock"
 flock 9
 
+# The DHCPv6 client, built once for the tests and the guest alike.
+udhcpc6=$(bash "$here/build-udhcpc6.sh" --print-dir "$out/../udhcpc6")
+
 shopt -s nullglob
-hash=$(cat "$here/build-guest.sh" "$here"/guest/* | sha256sum | cut -c1-12)
+hash=$(cat "$here/build-guest.sh" "$here"/guest/* "${udhcpc6%/*}/.stamp" | sha256sum | cut -c1-12)
 
 # Fast path without asking apt (which costs ~1.5 s): a complete build of
 # these scripts is reused whatever kernel it has. A newer kernel in the apt
@@ -168,7 +173,8 @@ rm -f "$out/.stamp"
 
 # Stage 1: the kernel and its modules, kept across init-only rebuilds.
 kdir=$out/kernel
-if [[ ! -f $kdir/.stamp || $(<"$kdir/.stamp") != "${kpkg}_${kver}" ]]; then
+kstamp="${kpkg}_${kver} ${want_mods[*]}"
+if [[ ! -f $kdir/.stamp || $(<"$kdir/.stamp") != "$kstamp" ]]; then
 	rm -rf "$kdir"
 	log "downloading $kpkg $kver"
 	# apt's _apt user must be able to write the download dir, or apt warns.
@@ -243,7 +249,7 @@ if [[ ! -f $kdir/.stamp || $(<"$kdir/.stamp") != "${kpkg}_${kver}" ]]; then
 		echo "${base%.ko*}.ko" >>"$kdir/modules.order"
 	done
 	rm -rf "$tmp/root"
-	echo "${kpkg}_${kver}" >"$kdir/.stamp"
+	echo "$kstamp" >"$kdir/.stamp"
 fi
 
 # Stage 2: the initramfs.
@@ -266,6 +272,8 @@ cp "$kdir"/modules/*.ko "$root/lib/modules/" 2>/dev/null || true
 cp "$kdir/modules.order" "$root/lib/modules/modules.order"
 install -m 0755 "$here/guest/init" "$root/init"
 install -m 0755 "$here/guest/udhcpc.script" "$root/etc/udhcpc.script"
+install -m 0755 "$here/guest/udhcpc6.script" "$root/etc/udhcpc6.script"
+install -m 0755 "$udhcpc6" "$root/bin/busybox6"
 # A held guest serves this CGI with busybox httpd -h /www.
 install -D -m 0755 "$here/guest/whoami" "$root/www/cgi-bin/whoami"
 echo "$key" >"$root/etc/vmlane-guest"

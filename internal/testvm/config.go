@@ -47,6 +47,10 @@ type Config struct {
 	MAC string
 	// Mode is ModeStatic (the default) or ModeDHCP.
 	Mode Mode
+	// IPv6, with ModeDHCP, also gets an IPv6 address by DHCPv6 (busybox
+	// udhcpc6) and the default route from router advertisements
+	// (Result.Net6, Result.DHCP6).
+	IPv6 bool
 	// IP is the static address in CIDR form, e.g. 10.1.2.3/24.
 	IP string
 	// Gateway is the static default gateway. Empty sets no default route.
@@ -114,6 +118,9 @@ func (c Config) withDefaults() (Config, error) {
 	default:
 		errs = append(errs, fmt.Errorf("unknown mode %q", c.Mode))
 	}
+	if c.IPv6 && c.Mode != ModeDHCP {
+		errs = append(errs, fmt.Errorf("IPv6 needs dhcp mode, got %q", c.Mode))
+	}
 	if c.Gateway != "" {
 		if _, err := netip.ParseAddr(c.Gateway); err != nil {
 			errs = append(errs, fmt.Errorf("bad gateway: %w", err))
@@ -172,6 +179,9 @@ func (c Config) kernelCmdline() string {
 	}
 	if c.Hold {
 		args = append(args, "vmlane.hold=1")
+	}
+	if c.IPv6 {
+		args = append(args, "vmlane.ip6=dhcp")
 	}
 	return strings.Join(args, " ")
 }

@@ -50,6 +50,7 @@ func TestConfigErrors(t *testing.T) {
 		{"gateway smuggling an option", Config{Tap: "tap0", IP: "10.0.0.2/24", Gateway: "10.0.0.1 vmlane.hold=1"}, "bad gateway"},
 		{"bad ping target", Config{Tap: "tap0", IP: "10.0.0.2/24", Ping: []string{"10.0.0.1,10.0.0.3"}}, "bad ping target"},
 		{"negative timeout", Config{Tap: "tap0", IP: "10.0.0.2/24", Timeout: -time.Second}, "negative timeout"},
+		{"ipv6 in static mode", Config{Tap: "tap0", IP: "10.0.0.2/24", IPv6: true}, "IPv6 needs dhcp mode"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

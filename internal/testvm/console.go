@@ -1,6 +1,7 @@
 package testvm
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -21,6 +22,8 @@ const (
 	kindNet   = "NET"   // NIC configured: iface mac ip gw mode
 	kindReady = "READY" // configuration done, pings about to start
 	kindDHCP  = "DHCP"  // one udhcpc event, with the lease on bound/renew
+	kindNet6  = "NET6"  // IPv6 configured (vmlane.ip6=dhcp): iface ip6 gw6
+	kindDHCP6 = "DHCP6" // one udhcpc6 event, with the address on bound/renew
 	kindPing  = "PING"  // target ok|fail sent recv
 	kindError = "ERROR" // msg
 	kindHold  = "HOLD"  // pings done, staying up, reading commands
@@ -82,6 +85,13 @@ type Result struct {
 	// DHCPEvents lists udhcpc's events in order: deconfig, bound, renew,
 	// nak, leasefail.
 	DHCPEvents []string
+	// Net6 is the NIC's IPv6 configuration (VMLANE-NET6), nil unless
+	// Config.IPv6 asked for it.
+	Net6 *Net6Info
+	// DHCP6 is the last address udhcpc6 bound or renewed, nil if none;
+	// DHCP6Events lists udhcpc6's events in order.
+	DHCP6       *Lease6
+	DHCP6Events []string
 	// Pings holds one entry per ping target, in order.
 	Pings []PingResult
 	// Errors holds the guest's VMLANE-ERROR messages and reports this
@@ -108,6 +118,22 @@ type NetInfo struct {
 	Addrs   []netip.Prefix
 	Gateway netip.Addr // zero if none
 	Mode    Mode
+}
+
+// Net6Info is a VMLANE-NET6 report: the NIC's global IPv6 addresses and
+// the default router the router advertisements gave (a link-local
+// address).
+type Net6Info struct {
+	Iface   string
+	Addrs   []netip.Prefix
+	Gateway netip.Addr
+}
+
+// Lease6 is a VMLANE-DHCP6 bound or renew report: what udhcpc6 got.
+type Lease6 struct {
+	IP     netip.Addr
+	DNS    []netip.Addr
+	Search []string
 }
 
 // Lease is a VMLANE-DHCP bound or renew report: the options udhcpc got.
@@ -172,6 +198,14 @@ func (r *Result) apply(ev event, at time.Duration) {
 		if name == "bound" || name == "renew" {
 			r.DHCP, err = parseLease(ev)
 		}
+	case kindNet6:
+		r.Net6, err = parseNet6(ev)
+	case kindDHCP6:
+		name := ev.fields["event"]
+		r.DHCP6Events = append(r.DHCP6Events, name)
+		if name == "bound" || name == "renew" {
+			r.DHCP6, err = parseLease6(ev)
+		}
 	case kindPing:
 		var p PingResult
 		p, err = parsePing(ev)
@@ -202,6 +236,27 @@ func parseNet(ev event) (*NetInfo, error) {
 	}
 	n.Gateway, err = parseOptAddr(ev.fields["gw"])
 	return n, err
+}
+
+func parseNet6(ev event) (*Net6Info, error) {
+	n := &Net6Info{Iface: ev.fields["iface"]}
+	var err error
+	if n.Addrs, err = parseList(ev.fields["ip6"], netip.ParsePrefix); err != nil {
+		return n, err
+	}
+	n.Gateway, err = parseOptAddr(ev.fields["gw6"])
+	return n, err
+}
+
+// parseLease6 reads a VMLANE-DHCP6 report; udhcpc6 writes addresses in
+// full ("fd00:0250:…"), which netip reads as well.
+func parseLease6(ev event) (*Lease6, error) {
+	l := &Lease6{}
+	var err1, err2 error
+	l.IP, err1 = parseOptAddr(ev.fields["ip6"])
+	l.DNS, err2 = parseList(ev.fields["dns"], netip.ParseAddr)
+	l.Search, _ = parseList(ev.fields["search"], func(s string) (string, error) { return s, nil })
+	return l, errors.Join(err1, err2)
 }
 
 func parseLease(ev event) (*Lease, error) {

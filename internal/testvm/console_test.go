@@ -183,6 +183,39 @@ func TestResultApply(t *testing.T) {
 	}
 }
 
+// TestResultApplyIPv6 reads the reports of vmlane.ip6=dhcp: udhcpc6's
+// events (addresses in full, as it writes them) and the NIC's IPv6 state.
+func TestResultApplyIPv6(t *testing.T) {
+	var r Result
+	for _, line := range []string{
+		"VMLANE-DHCP6 event=deconfig",
+		"VMLANE-DHCP6 event=bound ip6=fd00:0250:0044:0000:0000:0000:0000:0004 dns=fd00:0096:0000:0000:0000:0000:0000:000a search=svc.cluster.local,cluster.local",
+		"VMLANE-NET6 iface=eth0 ip6=fd00:250:44::4/128 gw6=fe80::76:aff:fefa:2c01",
+	} {
+		ev, ok := parseLine(line)
+		if !ok {
+			t.Fatalf("parseLine(%q) found no report", line)
+		}
+		r.apply(ev, time.Second)
+	}
+	if len(r.Errors) > 0 {
+		t.Fatalf("errors: %v", r.Errors)
+	}
+	want6 := &Lease6{IP: netip.MustParseAddr("fd00:250:44::4"), DNS: []netip.Addr{netip.MustParseAddr("fd00:96::a")}, Search: []string{"svc.cluster.local", "cluster.local"}}
+	if !reflect.DeepEqual(r.DHCP6, want6) || !reflect.DeepEqual(r.DHCP6Events, []string{"deconfig", "bound"}) {
+		t.Errorf("DHCP6 %+v events %v, want %+v after deconfig, bound", r.DHCP6, r.DHCP6Events, want6)
+	}
+	wantNet := &Net6Info{Iface: "eth0", Addrs: []netip.Prefix{netip.MustParsePrefix("fd00:250:44::4/128")}, Gateway: netip.MustParseAddr("fe80::76:aff:fefa:2c01")}
+	if !reflect.DeepEqual(r.Net6, wantNet) {
+		t.Errorf("Net6 %+v, want %+v", r.Net6, wantNet)
+	}
+	ev, _ := parseLine("VMLANE-DHCP6 event=bound ip6=not-an-address")
+	r.apply(ev, time.Second)
+	if len(r.Errors) != 1 {
+		t.Errorf("a bad address gave errors %v, want one", r.Errors)
+	}
+}
+
 // dump prints a Result with its pointers followed, for failure messages.
 func dump(r Result) string {
 	var net, lease string
