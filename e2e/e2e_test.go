@@ -85,6 +85,53 @@ func TestVMReachesOutsideThroughMasquerade(t *testing.T) {
 	}
 }
 
+// TestDualStackPodsReachEachOtherByIPv6: every pod, VM or plain, pings
+// every other by its IPv6 address, across nodes, and is seen by it with
+// its own IPv6 address: no NAT inside the cluster's IPv6 pod network.
+// The VMs got their addresses by DHCPv6 and their default router from the
+// bridges' router advertisements (setup checks both).
+func TestDualStackPodsReachEachOtherByIPv6(t *testing.T) {
+	ps := pods("a1", "a2", "b1", "b2", "c1")
+	for _, p := range ps {
+		if !p.IP6.IsValid() {
+			t.Fatalf("%s has no IPv6 address", p.Name)
+		}
+		snap, err := leases.Read(p.Node.LeaseFile())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l, ok := snap.ByIP(p.IP6); !ok || l.IP != p.IP || (p.VM != nil && l.State6 != leases.StateBound) {
+			t.Errorf("%s's lease for %s: %+v (found %v), want it, bound over DHCPv6 for a VM", p.Name, p.IP6, l, ok)
+		}
+	}
+	m := cluster.PingMatrix6(ctx(t), ps, 3)
+	var b strings.Builder
+	m.Write(&b)
+	t.Logf("IPv6 ping matrix:\n%s", b.String())
+	for _, f := range m.Failures() {
+		t.Error(f)
+	}
+}
+
+// TestPodsReachOutsideOverIPv6ThroughMasquerade: the outside host has no
+// route to the IPv6 pod network either, so pods reach it over IPv6 only
+// masqueraded by ip6tables, as their node's IPv6 address.
+func TestPodsReachOutsideOverIPv6ThroughMasquerade(t *testing.T) {
+	ctx := ctx(t)
+	if out, err := c.Outside.Run("ip", "-6", "route", "get", vms["a1"].IP6.String()); err == nil {
+		t.Fatalf("the outside host routes to pod %s (%s): the test would prove nothing", vms["a1"].IP6, out)
+	}
+	for _, p := range pods("a1", "b2", "c1") {
+		if r, err := p.Ping(ctx, cluster.OutsideIP6, 3); err != nil || !r.OK {
+			t.Errorf("%s → outside over IPv6: ping %+v, %v", p.Name, r, err)
+		}
+		seen, err := p.WhoAmI(ctx, cluster.OutsideIP6)
+		if want := p.Node.IP6.String(); err != nil || seen != want {
+			t.Errorf("%s → outside over IPv6: seen as %q (%v), want its node's address %s", p.Name, seen, err, want)
+		}
+	}
+}
+
 // TestNodeDeletedAndReAdded: when node-c's Node object goes, every other
 // node drops its route; when it comes back, so does the route, and the
 // plain pod on it is reachable again, and node-c's vmlaned marks the new

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +19,8 @@ import (
 // cluster (a node deleted, a daemon killed) put it back before they end.
 var (
 	c *cluster.Cluster
+	// The nodes are dual-stack (cluster.DefaultNodes): every pod has an
+	// IPv4 and an IPv6 address.
 	// vms are the VM pods: a1 and a2 on node-a, b1 and b2 on node-b.
 	vms = map[string]*cluster.Pod{}
 	// plain is the plain (container) pod on node-c.
@@ -54,8 +57,9 @@ func setup(r *cluster.Runner) {
 	for _, n := range c.Nodes {
 		cluster.Eventually(r, n.Name+" ready with routes to the other nodes", func() (bool, string) {
 			ready, why := n.Ready()
-			routes := n.Routes()
-			return ready && n.RouteCount() == len(c.Nodes)-1, why + "\n" + routes
+			routes, routes6 := n.Routes(), n.Routes6()
+			n6 := len(strings.Fields(strings.ReplaceAll(routes6, " ", "_"))) // one a line
+			return ready && n.RouteCount() == len(c.Nodes)-1 && n6 == len(c.Nodes)-1, why + "\n" + routes + "\n" + routes6
 		})
 	}
 }

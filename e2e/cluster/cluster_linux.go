@@ -33,10 +33,18 @@ var (
 	SwitchSubnet = netip.MustParsePrefix("10.99.0.0/24")
 	APIServerIP  = netip.MustParseAddr("10.99.0.1")
 	OutsideIP    = netip.MustParseAddr("10.99.0.254")
+	// The switch is dual-stack: nodes and the outside host have an IPv6
+	// address too (a unique local one, never routed beyond this machine).
+	SwitchSubnet6 = netip.MustParsePrefix("fd99::/64")
+	OutsideIP6    = netip.MustParseAddr("fd99::fe")
 )
 
-// DefaultClusterCIDR is the pod network the nodes' podCIDRs come from.
-var DefaultClusterCIDR = netip.MustParsePrefix("10.244.0.0/16")
+// DefaultClusterCIDR and DefaultClusterCIDR6 are the pod networks the
+// nodes' podCIDRs come from.
+var (
+	DefaultClusterCIDR  = netip.MustParsePrefix("10.244.0.0/16")
+	DefaultClusterCIDR6 = netip.MustParsePrefix("fd00:10:244::/56")
+)
 
 // The ServiceAccount the manifests give vmlaned, whose token every node's
 // vmlaned uses, so the suite runs with the manifests' RBAC and nothing more.
@@ -45,26 +53,40 @@ const (
 	ServiceAccount = "vmlane"
 )
 
-// NodeSpec is one node: its name, its podCIDR and its address on the
-// switch.
+// NodeSpec is one node: its name, its podCIDRs and its addresses on the
+// switch. PodCIDR6 and IP6 are zero on an IPv4-only node.
 type NodeSpec struct {
-	Name    string
-	PodCIDR netip.Prefix
-	IP      netip.Addr
+	Name     string
+	PodCIDR  netip.Prefix
+	IP       netip.Addr
+	PodCIDR6 netip.Prefix
+	IP6      netip.Addr
 }
 
-// DefaultNodes returns n nodes, node-a, node-b, ..., with podCIDRs
-// 10.244.<i>.0/24 and addresses 10.99.0.<11+i>.
+// DefaultNodes returns n dual-stack nodes, node-a, node-b, ..., with
+// podCIDRs 10.244.<i>.0/24 and fd00:10:244:<i>::/64, and addresses
+// 10.99.0.<11+i> and fd99::<11+i>.
 func DefaultNodes(n int) []NodeSpec {
 	var ns []NodeSpec
 	for i := range n {
 		ns = append(ns, NodeSpec{
-			Name:    "node-" + string(rune('a'+i)),
-			PodCIDR: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(i), 0}), 24),
-			IP:      netip.AddrFrom4([4]byte{10, 99, 0, byte(11 + i)}),
+			Name:     "node-" + string(rune('a'+i)),
+			PodCIDR:  netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(i), 0}), 24),
+			IP:       netip.AddrFrom4([4]byte{10, 99, 0, byte(11 + i)}),
+			PodCIDR6: netip.PrefixFrom(netip.AddrFrom16([16]byte{0xfd, 0, 0, 0x10, 0x02, 0x44, 0, byte(i)}), 64),
+			IP6:      netip.AddrFrom16([16]byte{0: 0xfd, 1: 0x99, 15: byte(0x11 + i)}),
 		})
 	}
 	return ns
+}
+
+// PodCIDRs are the node's podCIDRs, IPv4 first, as spec.podCIDRs lists
+// them.
+func (s NodeSpec) PodCIDRs() []netip.Prefix {
+	if s.PodCIDR6.IsValid() {
+		return []netip.Prefix{s.PodCIDR, s.PodCIDR6}
+	}
+	return []netip.Prefix{s.PodCIDR}
 }
 
 // Options shape a cluster.
@@ -77,8 +99,11 @@ type Options struct {
 	Manifests string
 	// Nodes are created in order; each runs vmlaned.
 	Nodes []NodeSpec
-	// ClusterCIDR is vmlaned's --cluster-cidr (DefaultClusterCIDR if zero).
-	ClusterCIDR netip.Prefix
+	// ClusterCIDR is vmlaned's --cluster-cidr (DefaultClusterCIDR if zero),
+	// with ClusterCIDR6 (DefaultClusterCIDR6 if zero) when a node is
+	// dual-stack.
+	ClusterCIDR  netip.Prefix
+	ClusterCIDR6 netip.Prefix
 	// Log gets a line per step; nil discards.
 	Log io.Writer
 	// VMTimeout bounds each guest's life (default 10 minutes).
@@ -114,6 +139,9 @@ func newCluster(tb testing.TB, o Options, commands ...string) *Cluster {
 	}
 	if !o.ClusterCIDR.IsValid() {
 		o.ClusterCIDR = DefaultClusterCIDR
+	}
+	if !o.ClusterCIDR6.IsValid() {
+		o.ClusterCIDR6 = DefaultClusterCIDR6
 	}
 	if o.Log == nil {
 		o.Log = io.Discard
@@ -203,13 +231,14 @@ func (c *Cluster) step(format string, args ...any) {
 // /cgi-bin/whoami; role says what it stands for in this cluster.
 func (c *Cluster) addOutside(tb testing.TB, role string) {
 	tb.Helper()
-	c.step("outside host %s, %s (serves /cgi-bin/whoami)", OutsideIP, role)
-	c.Outside = c.host(tb, "out", netip.PrefixFrom(OutsideIP, SwitchSubnet.Bits()))
+	c.step("outside host %s and %s, %s (serves /cgi-bin/whoami)", OutsideIP, OutsideIP6, role)
+	c.Outside = c.host(tb, "out", netip.PrefixFrom(OutsideIP, SwitchSubnet.Bits()), netip.PrefixFrom(OutsideIP6, SwitchSubnet6.Bits()))
 	ServeWhoAmI(tb, c.Outside, filepath.Join(c.dir, "outside-www"))
 }
 
-// host makes a namespace with eth0 on the switch at addr.
-func (c *Cluster) host(tb testing.TB, tag string, addr netip.Prefix) *netnstest.NS {
+// host makes a namespace with eth0 on the switch at addr and, if valid,
+// addr6.
+func (c *Cluster) host(tb testing.TB, tag string, addr netip.Prefix, addr6 ...netip.Prefix) *netnstest.NS {
 	tb.Helper()
 	n := netnstest.New(tb, tag)
 	peer := "sw-" + tag
@@ -217,6 +246,11 @@ func (c *Cluster) host(tb testing.TB, tag string, addr netip.Prefix) *netnstest.
 	c.Switch.MustRun(tb, "ip", "link", "set", "eth0", "netns", n.Name)
 	c.Switch.MustRun(tb, "ip", "link", "set", peer, "master", "sw0", "up")
 	n.MustRun(tb, "ip", "addr", "add", addr.String(), "dev", "eth0")
+	for _, a := range addr6 {
+		if a.IsValid() {
+			n.MustRun(tb, "ip", "addr", "add", a.String(), "dev", "eth0", "nodad")
+		}
+	}
 	n.MustRun(tb, "ip", "link", "set", "eth0", "up")
 	return n
 }
@@ -305,10 +339,16 @@ printf 'Content-Type: text/plain\r\n\r\n%s\n' "${a#::ffff:}"
 	tb.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 }
 
-// Routes returns node n's vmlane routes as `ip route show proto 77`
+// Routes returns node n's IPv4 vmlane routes as `ip route show proto 77`
 // prints them, one a line.
 func (n *Node) Routes() string {
 	out, _ := n.NS.Run("ip", "route", "show", "proto", "77")
+	return strings.TrimSpace(out)
+}
+
+// Routes6 returns node n's IPv6 vmlane routes, one a line.
+func (n *Node) Routes6() string {
+	out, _ := n.NS.Run("ip", "-6", "route", "show", "proto", "77")
 	return strings.TrimSpace(out)
 }
 
@@ -327,12 +367,19 @@ func (c *Cluster) CreateNodeObject(tb testing.TB, s NodeSpec) {
 	tb.Helper()
 	ctx := context.Background()
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: s.Name, Labels: map[string]string{"kubernetes.io/os": "linux"}}}
-	n.Spec.PodCIDR, n.Spec.PodCIDRs = s.PodCIDR.String(), []string{s.PodCIDR.String()}
+	n.Spec.PodCIDR = s.PodCIDR.String()
+	for _, p := range s.PodCIDRs() {
+		n.Spec.PodCIDRs = append(n.Spec.PodCIDRs, p.String())
+	}
 	n, err := c.Client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
 	if err != nil {
 		tb.Fatalf("creating Node %s: %v", s.Name, err)
 	}
-	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: s.IP.String()}, {Type: corev1.NodeHostName, Address: s.Name}}
+	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: s.IP.String()}}
+	if s.IP6.IsValid() {
+		n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: s.IP6.String()})
+	}
+	n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeHostName, Address: s.Name})
 	if _, err := c.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
 		tb.Fatalf("setting Node %s's address: %v", s.Name, err)
 	}

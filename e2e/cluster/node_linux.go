@@ -35,10 +35,10 @@ type Node struct {
 // waits for its CNI configuration.
 func (c *Cluster) AddNode(tb testing.TB, s NodeSpec) *Node {
 	tb.Helper()
-	c.step("node %s: podCIDR %s, InternalIP %s", s.Name, s.PodCIDR, s.IP)
+	c.step("node %s: podCIDRs %v, InternalIPs %s %s", s.Name, s.PodCIDRs(), s.IP, s.IP6)
 	c.CreateNodeObject(tb, s)
 	n := &Node{NodeSpec: s, c: c, Dir: filepath.Join(c.dir, s.Name)}
-	n.NS = c.host(tb, s.Name, netip.PrefixFrom(s.IP, SwitchSubnet.Bits()))
+	n.NS = c.host(tb, s.Name, netip.PrefixFrom(s.IP, SwitchSubnet.Bits()), netip.PrefixFrom(s.IP6, SwitchSubnet6.Bits()))
 	if err := os.MkdirAll(n.Dir, 0o755); err != nil {
 		tb.Fatal(err)
 	}
@@ -68,9 +68,13 @@ func (n *Node) ConfList(vm bool) string {
 
 // DaemonArgs are the flags vmlaned runs with on n.
 func (n *Node) DaemonArgs() []string {
+	cluster := n.c.Opts.ClusterCIDR.String()
+	if n.PodCIDR6.IsValid() {
+		cluster += "," + n.c.Opts.ClusterCIDR6.String()
+	}
 	return []string{
 		"--kubeconfig", n.c.NodeKubeconfig, "--node-name", n.Name,
-		"--cluster-cidr", n.c.Opts.ClusterCIDR.String(),
+		"--cluster-cidr", cluster,
 		"--cni-conf-dir", n.ConfDir(), "--lease-file", n.LeaseFile(),
 		"--dns", "10.96.0.10", "--search", "default.svc.cluster.local", "--domain", "cluster.local",
 		"--resync-period", "10s",

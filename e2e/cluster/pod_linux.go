@@ -24,8 +24,10 @@ type Pod struct {
 	Name string
 	Node *Node
 	NS   *netnstest.NS
-	// IP is the address the CNI plugin reserved (VM) or configured (plain).
-	IP netip.Addr
+	// IP is the address the CNI plugin reserved (VM) or configured (plain);
+	// IP6 the IPv6 one on a dual-stack node (zero otherwise).
+	IP  netip.Addr
+	IP6 netip.Addr
 	// MAC is the VM NIC's address from the CNI result (VM pods).
 	MAC string
 	// Tap is the TAP device in NS the guest is attached to (VM pods).
@@ -46,7 +48,7 @@ func (n *Node) AddVMPod(tb testing.TB, name string) *Pod {
 	tb.Helper()
 	p := n.addPod(tb, name, true)
 	vm, err := n.c.guest.Start(context.Background(), testvm.Config{
-		NetNS: p.NS.Path, Tap: p.Tap, MAC: p.MAC, Mode: testvm.ModeDHCP, Hold: true, Timeout: n.c.Opts.VMTimeout,
+		NetNS: p.NS.Path, Tap: p.Tap, MAC: p.MAC, Mode: testvm.ModeDHCP, IPv6: p.IP6.IsValid(), Hold: true, Timeout: n.c.Opts.VMTimeout,
 	})
 	if err != nil {
 		tb.Fatalf("pod %s: starting the guest: %v", name, err)
@@ -56,8 +58,9 @@ func (n *Node) AddVMPod(tb testing.TB, name string) *Pod {
 	return p
 }
 
-// WaitVM waits until p's guest has its DHCP lease and has pinged its
-// gateway, and checks the lease is exactly the reserved address.
+// WaitVM waits until p's guest has its DHCP lease (and on a dual-stack
+// node its DHCPv6 address) and has pinged its gateway, and checks each is
+// exactly the reserved address.
 func (p *Pod) WaitVM(tb testing.TB) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -68,6 +71,9 @@ func (p *Pod) WaitVM(tb testing.TB) {
 	}
 	if res.DHCP == nil || res.DHCP.IP != p.IP {
 		tb.Fatalf("VM pod %s: DHCP lease %+v, want the reserved %s\n%s", p.Name, res.DHCP, p.IP, res.Console)
+	}
+	if p.IP6.IsValid() && (res.DHCP6 == nil || res.DHCP6.IP != p.IP6 || res.Net6 == nil) {
+		tb.Fatalf("VM pod %s: DHCPv6 %+v, IPv6 %+v, want the reserved %s and a default router\n%s", p.Name, res.DHCP6, res.Net6, p.IP6, res.Console)
 	}
 }
 
@@ -114,6 +120,9 @@ func (n *Node) addPod(tb testing.TB, name string, vm bool) *Pod {
 	}
 	ip, _ := netip.AddrFromSlice(res.IPs[0].Address.IP.To4())
 	p.IP = ip
+	if len(res.IPs) > 1 {
+		p.IP6, _ = netip.AddrFromSlice(res.IPs[1].Address.IP)
+	}
 	if vm {
 		iface := res.Interfaces[len(res.Interfaces)-1] // the TAP comes last
 		p.Tap, p.MAC = iface.Name, iface.Mac
@@ -178,7 +187,7 @@ var (
 // WhoAmI asks target's /cgi-bin/whoami from inside p and returns the
 // address target saw p's request come from.
 func (p *Pod) WhoAmI(ctx context.Context, target netip.Addr) (string, error) {
-	url := "http://" + target.String() + "/cgi-bin/whoami"
+	url := "http://" + netip.AddrPortFrom(target, 80).String() + "/cgi-bin/whoami"
 	if p.VM != nil {
 		return p.VM.Fetch(ctx, url)
 	}

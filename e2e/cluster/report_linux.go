@@ -31,6 +31,11 @@ func (p *Pod) Endpoint() Endpoint {
 	return Endpoint{Name: p.Name, IP: p.IP, Ping: p.Ping, WhoAmI: p.WhoAmI}
 }
 
+// Endpoint6 is p by its IPv6 address.
+func (p *Pod) Endpoint6() Endpoint {
+	return Endpoint{Name: p.Name, IP: p.IP6, Ping: p.Ping, WhoAmI: p.WhoAmI}
+}
+
 // Matrix is the outcome of every source pinging every destination.
 type Matrix struct {
 	Srcs, Dsts []Endpoint
@@ -58,6 +63,15 @@ func PingMatrix(ctx context.Context, pods []*Pod, count int) *Matrix {
 	var eps []Endpoint
 	for _, p := range pods {
 		eps = append(eps, p.Endpoint())
+	}
+	return EndpointMatrix(ctx, eps, eps, count)
+}
+
+// PingMatrix6 is PingMatrix by the pods' IPv6 addresses.
+func PingMatrix6(ctx context.Context, pods []*Pod, count int) *Matrix {
+	var eps []Endpoint
+	for _, p := range pods {
+		eps = append(eps, p.Endpoint6())
 	}
 	return EndpointMatrix(ctx, eps, eps, count)
 }
