@@ -55,7 +55,14 @@ func writeJSON(w io.Writer, v any) error {
 
 func writeTable(w io.Writer, ls []leases.Lease, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "IP\tMAC\tSTATE\tSOURCE\tPOD\tCONTAINER\tIFNAME\tHOSTNAME\tEXPIRES")
+	// A dual-stack node's file gets the IPv6 columns; an IPv4-only one
+	// prints as it always has.
+	dual := slices.ContainsFunc(ls, func(l leases.Lease) bool { return l.IP6.IsValid() })
+	head := "IP\tMAC\tSTATE\tSOURCE\tPOD\tCONTAINER\tIFNAME\tHOSTNAME\tEXPIRES"
+	if dual {
+		head = "IP\tIP6\tMAC\tSTATE\tSTATE6\tSOURCE\tPOD\tCONTAINER\tIFNAME\tHOSTNAME\tEXPIRES"
+	}
+	fmt.Fprintln(tw, head)
 	for _, l := range ls {
 		pod := ""
 		if l.Pod.Namespace != "" || l.Pod.Name != "" {
@@ -65,10 +72,19 @@ func writeTable(w io.Writer, ls []leases.Lease, now time.Time) error {
 		if len(cid) > containerIDLen {
 			cid = cid[:containerIDLen]
 		}
-		fmt.Fprintln(tw, strings.Join([]string{
+		row := []string{
 			orDash(ipString(l)), orDash(l.MAC), orDash(string(l.State)), orDash(string(l.Source)),
 			orDash(pod), orDash(cid), orDash(l.IfName), orDash(l.Hostname), expires(l, now),
-		}, "\t"))
+		}
+		if dual {
+			ip6 := ""
+			if l.IP6.IsValid() {
+				ip6 = l.IP6.String()
+			}
+			row = slices.Insert(row, 3, orDash(string(l.State6)))
+			row = slices.Insert(row, 1, orDash(ip6))
+		}
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	return tw.Flush()
 }

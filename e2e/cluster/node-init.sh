@@ -16,6 +16,7 @@
 #
 # Everything comes from the environment (all set by realnode_linux.go):
 #   NODE_DIR        the node's folder on the host
+#   NODE_IP         the kubelet's --node-ip: IPv4, or IPv4,IPv6
 #   NODE_CGROUP     the v1 cgroup (relative path) this script joins first,
 #                   so that the daemons and every shim they start are found
 #                   there at teardown
@@ -53,6 +54,12 @@ mkdir -p "$NODE_DIR/cgroup-move"
 mount --rbind /sys/fs/cgroup "$NODE_DIR/cgroup-move"
 mount -t sysfs sysfs /sys
 mount --move "$NODE_DIR/cgroup-move" /sys/fs/cgroup
+
+# What a dual-stack node's own configuration has on (kubeadm's preflight
+# checks it): vmlaned, not privileged in its pod, cannot turn it on.
+case $NODE_IP in
+*:*) echo 1 >/proc/sys/net/ipv6/conf/all/forwarding ;;
+esac
 
 # 3. What a node's packages would have installed.
 mkdir -p /etc/cni/net.d /opt/cni/bin /etc/containerd /var/lib/kubelet /var/lib/kube-proxy

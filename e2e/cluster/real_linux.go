@@ -24,13 +24,21 @@ import (
 // kubelet and kube-proxy. vmlane reaches the nodes only as the DaemonSet:
 // its install-cni puts the plugin into each node's /opt/cni/bin, and its
 // vmlaned writes the conflists the node's containerd then uses.
+//
+// Nodes with an IPv6 address make the cluster dual-stack: the controller
+// manager hands out IPv6 podCIDRs from ClusterCIDR6 too, and the kubelets
+// report both addresses.
 func NewReal(tb testing.TB, o Options) *Cluster {
 	tb.Helper()
 	c := newCluster(tb, o, "ip", "nsenter", "unshare", "runc", "qemu-system-x86_64")
 	if _, err := RuntimeDir(); err != nil {
 		privtest.Missing(tb, err.Error())
 	}
-	c.startControlPlane(tb, controlplane.Options{ClusterCIDR: c.Opts.ClusterCIDR})
+	cp := controlplane.Options{ClusterCIDR: c.Opts.ClusterCIDR}
+	if c.DualStack() {
+		cp.ClusterCIDR6 = c.Opts.ClusterCIDR6
+	}
+	c.startControlPlane(tb, cp)
 	c.step("manifests: kubectl apply --server-side -k %s", o.Overlay)
 	c.MustKubectl(tb, "apply", "--server-side", "-k", o.Overlay)
 	c.addOutside(tb, "the nodes' default gateway")
@@ -166,7 +174,10 @@ func waitingReason(p *corev1.Pod) string {
 // KubePod is a pod the kubelet runs, as the test sees it.
 type KubePod struct {
 	Namespace, Name, Node string
-	IP                    netip.Addr
+	// IP is the pod's IPv4 address (status.podIP), IP6 its IPv6 one on a
+	// dual-stack node (from status.podIPs), zero otherwise.
+	IP  netip.Addr
+	IP6 netip.Addr
 }
 
 // Pods returns the pods matching selector in ns.
@@ -178,8 +189,14 @@ func (c *Cluster) Pods(tb testing.TB, ns, selector string) []KubePod {
 	}
 	var out []KubePod
 	for _, p := range pods.Items {
-		ip, _ := netip.ParseAddr(p.Status.PodIP)
-		out = append(out, KubePod{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName, IP: ip})
+		kp := KubePod{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName}
+		kp.IP, _ = netip.ParseAddr(p.Status.PodIP)
+		for _, a := range p.Status.PodIPs {
+			if ip, err := netip.ParseAddr(a.IP); err == nil && ip.Is6() {
+				kp.IP6 = ip
+			}
+		}
+		out = append(out, kp)
 	}
 	return out
 }
@@ -199,9 +216,14 @@ func (c *Cluster) PingFrom(p KubePod, target netip.Addr, count int, interval str
 
 // Endpoint is p as a ping matrix source (through kubectl exec) and
 // destination.
-func (c *Cluster) Endpoint(p KubePod) Endpoint {
+func (c *Cluster) Endpoint(p KubePod) Endpoint { return c.endpoint(p, p.IP) }
+
+// Endpoint6 is Endpoint by p's IPv6 address.
+func (c *Cluster) Endpoint6(p KubePod) Endpoint { return c.endpoint(p, p.IP6) }
+
+func (c *Cluster) endpoint(p KubePod, ip netip.Addr) Endpoint {
 	return Endpoint{
-		Name: p.Name, IP: p.IP,
+		Name: p.Name, IP: ip,
 		Ping: func(_ context.Context, target netip.Addr, count int) (PingResult, error) {
 			r, _ := c.PingFrom(p, target, count, "0.2")
 			return r, nil
@@ -215,6 +237,15 @@ func (c *Cluster) Endpoint(p KubePod) Endpoint {
 // WhoAmIFrom fetches target's /cgi-bin/whoami from inside p: the address
 // target saw the request come from.
 func (c *Cluster) WhoAmIFrom(p KubePod, target string) (string, error) {
+	if strings.Contains(target, ":") { // an IPv6 address
+		target = "[" + target + "]"
+	}
 	out, err := c.Exec(p, "timeout", "10", "wget", "-q", "-O", "-", "http://"+target+"/cgi-bin/whoami")
 	return strings.TrimSpace(out), err
+}
+
+// DualStack reports whether the real nodes are dual-stack (the first has
+// an IPv6 address).
+func (c *Cluster) DualStack() bool {
+	return len(c.Opts.RealNodes) > 0 && c.Opts.RealNodes[0].IP6.IsValid()
 }

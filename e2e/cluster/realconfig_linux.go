@@ -103,7 +103,7 @@ serializeImagePulls: false
 // cluster's pod network (traffic from outside it to a Service is
 // masqueraded, pod to Service to pod is not), and conntrack left as the
 // namespace has it (the host's limits are not the test's to change).
-func kubeProxyConfig(node string, clusterCIDR netip.Prefix) string {
+func kubeProxyConfig(node, clusterCIDR string) string {
 	return fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection:

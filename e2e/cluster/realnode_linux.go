@@ -38,8 +38,11 @@ const (
 // its container runtime. Its podCIDR comes from kube-controller-manager's
 // node IPAM.
 type RealNodeSpec struct {
-	Name    string
+	Name string
+	// IP and IP6 are the node's addresses on the switch (IP6 zero on an
+	// IPv4-only node); the kubelet reports both (--node-ip).
 	IP      netip.Addr
+	IP6     netip.Addr
 	Runtime Runtime
 }
 
@@ -92,13 +95,16 @@ func (c *Cluster) AddRealNode(tb testing.TB, s RealNodeSpec) *RealNode {
 	if s.Runtime == "" {
 		s.Runtime = Containerd
 	}
-	c.step("real node %s: %s, kubelet, kube-proxy at %s", s.Name, s.Runtime, s.IP)
+	c.step("real node %s: %s, kubelet, kube-proxy at %s %s", s.Name, s.Runtime, s.IP, s.IP6)
 	n := &RealNode{RealNodeSpec: s, c: c, exited: make(chan struct{})}
-	n.NS = c.host(tb, s.Name, netip.PrefixFrom(s.IP, SwitchSubnet.Bits()))
+	n.NS = c.host(tb, s.Name, netip.PrefixFrom(s.IP, SwitchSubnet.Bits()), netip.PrefixFrom(s.IP6, SwitchSubnet6.Bits()))
 	// A node has a default route: without one a pod's host-network
 	// connection to the kubernetes Service (10.96.0.1) fails with
 	// "network is unreachable" before kube-proxy's DNAT is consulted.
 	n.NS.MustRun(tb, "ip", "route", "add", "default", "via", OutsideIP.String())
+	if s.IP6.IsValid() {
+		n.NS.MustRun(tb, "ip", "-6", "route", "add", "default", "via", OutsideIP6.String())
+	}
 	// Named as netnstest names its namespaces, so that a later run can
 	// tell a killed run's leftovers from a live one's (netnstest.OwnerGone).
 	id := fmt.Sprintf("%s%d-%d-%s", netnstest.Prefix, os.Getpid(), realNodeSeq.Add(1), s.Name)
@@ -126,6 +132,24 @@ func (c *Cluster) AddRealNode(tb testing.TB, s RealNodeSpec) *RealNode {
 	return n
 }
 
+// nodeIPs is the kubelet's --node-ip: IPv4, then IPv6 on a dual-stack
+// node.
+func (n *RealNode) nodeIPs() string {
+	if n.IP6.IsValid() {
+		return n.IP.String() + "," + n.IP6.String()
+	}
+	return n.IP.String()
+}
+
+// clusterCIDRs is kube-proxy's clusterCIDR: the pod networks of the
+// node's families.
+func (n *RealNode) clusterCIDRs() string {
+	if n.IP6.IsValid() {
+		return n.c.Opts.ClusterCIDR.String() + "," + n.c.Opts.ClusterCIDR6.String()
+	}
+	return n.c.Opts.ClusterCIDR.String()
+}
+
 func (n *RealNode) start() error {
 	sweepRealNodes()
 	rtDir, err := RuntimeDir()
@@ -142,7 +166,7 @@ func (n *RealNode) start() error {
 		"node-init.sh":    nodeInit,
 		"containerd.toml": []byte(containerdConfig(n.Runtime)),
 		"kubelet.yaml":    []byte(kubeletConfig(n.IP, "/"+filepath.Join(n.cgroup, "pods"))),
-		"kube-proxy.yaml": []byte(kubeProxyConfig(n.Name, n.c.Opts.ClusterCIDR)),
+		"kube-proxy.yaml": []byte(kubeProxyConfig(n.Name, n.clusterCIDRs())),
 	}
 	kc, err := os.ReadFile(n.c.CP.Kubeconfig)
 	if err != nil {
@@ -163,7 +187,7 @@ func (n *RealNode) start() error {
 		"unshare", "--mount", "--propagation", "private", "--", "sh", filepath.Join(n.Dir, "node-init.sh"))
 	n.cmd.Stdout, n.cmd.Stderr = logf, logf
 	n.cmd.Env = append(os.Environ(),
-		"NODE_DIR="+n.Dir, "NODE_NAME="+n.Name, "NODE_IP="+n.IP.String(),
+		"NODE_DIR="+n.Dir, "NODE_NAME="+n.Name, "NODE_IP="+n.nodeIPs(),
 		"NODE_CGROUP="+filepath.Join(n.cgroup, "daemons"),
 		"RUNTIME_BIN="+n.runtimeBin(rtDir), "CNI_BIN="+n.c.Opts.CNIBinDir,
 		"KUBELET="+n.c.bins.Kubelet, "KUBE_PROXY="+n.c.bins.KubeProxy,
@@ -197,7 +221,7 @@ func (n *RealNode) start() error {
 func DefaultRealNodes(n int) []RealNodeSpec {
 	var ns []RealNodeSpec
 	for _, s := range DefaultNodes(n) {
-		ns = append(ns, RealNodeSpec{Name: s.Name, IP: s.IP, Runtime: Containerd})
+		ns = append(ns, RealNodeSpec{Name: s.Name, IP: s.IP, IP6: s.IP6, Runtime: Containerd})
 	}
 	return ns
 }
@@ -261,6 +285,12 @@ func (n *RealNode) stop() {
 // them.
 func (n *RealNode) Routes() string {
 	out, _ := n.NS.Run("ip", "route", "show", "proto", "77")
+	return strings.TrimSpace(out)
+}
+
+// Routes6 returns n's IPv6 vmlane routes, one a line.
+func (n *RealNode) Routes6() string {
+	out, _ := n.NS.Run("ip", "-6", "route", "show", "proto", "77")
 	return strings.TrimSpace(out)
 }
 

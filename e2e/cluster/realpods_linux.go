@@ -104,7 +104,7 @@ func (c *Cluster) StartVMPod(tb testing.TB, name, node string, ping []netip.Addr
 	for _, a := range ping {
 		targets = append(targets, a.String())
 	}
-	argv, err := c.Guest().Command(testvm.Config{Tap: "tap0", MAC: macSentinel, Mode: testvm.ModeDHCP, Hold: true, Ping: targets})
+	argv, err := c.Guest().Command(testvm.Config{Tap: "tap0", MAC: macSentinel, Mode: testvm.ModeDHCP, IPv6: c.DualStack(), Hold: true, Ping: targets})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -158,7 +158,20 @@ spec:
 	return pod
 }
 
-var guestNetRE = regexp.MustCompile(`VMLANE-NET .* ip=([0-9.]+)/`)
+var (
+	guestNetRE  = regexp.MustCompile(`VMLANE-NET .* ip=([0-9.]+)/`)
+	guestNet6RE = regexp.MustCompile(`VMLANE-NET6 .* ip6=([0-9a-f:]+)/`)
+)
+
+// GuestAddr6 is the IPv6 address the guest reported getting by DHCPv6.
+func GuestAddr6(log string) (netip.Addr, bool) {
+	m := guestNet6RE.FindStringSubmatch(log)
+	if m == nil {
+		return netip.Addr{}, false
+	}
+	a, err := netip.ParseAddr(m[1])
+	return a, err == nil
+}
 
 // GuestAddr is the address the guest reported getting by DHCP.
 func GuestAddr(log string) (netip.Addr, bool) {
@@ -207,6 +220,10 @@ func (c *Cluster) WaitGuest(tb testing.TB, name string) netip.Addr {
 		out, _ := c.Kubectl("logs", name)
 		a, ok := GuestAddr(out)
 		addr = a
+		if c.DualStack() {
+			_, ok6 := GuestAddr6(out)
+			ok = ok && ok6
+		}
 		return ok, out
 	})
 	return addr

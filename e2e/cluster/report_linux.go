@@ -179,7 +179,7 @@ func (c *Cluster) writeRoutesAndLeases(w io.Writer, section func(string), nodes 
 			fmt.Fprintf(w, "    %s\n", l)
 		}
 	}
-	section("Routes vmlane installed (ip route show proto 77)")
+	section("Routes vmlane installed (ip route show proto 77; ip -6 route show proto 77)")
 	for _, n := range nodes {
 		fmt.Fprintf(w, "%s:\n", n.name)
 		indent(n.routes)
@@ -211,7 +211,11 @@ func (c *Cluster) Report(w io.Writer, m *Matrix) {
 
 	var nodes []reportNode
 	for _, n := range c.Nodes {
-		nodes = append(nodes, reportNode{n.Name, n.Routes(), n.LeaseFile(), n.LeaseFile()})
+		routes := n.Routes()
+		if r6 := n.Routes6(); r6 != "" {
+			routes += "\n" + r6
+		}
+		nodes = append(nodes, reportNode{n.Name, routes, n.LeaseFile(), n.LeaseFile()})
 	}
 	c.writeRoutesAndLeases(w, section, nodes)
 
@@ -223,8 +227,9 @@ func (c *Cluster) Report(w io.Writer, m *Matrix) {
 }
 
 // RealReport is Report for a cluster of real nodes: kubectl's view of the
-// nodes and pods, then each node's routes and leases, and the matrix.
-func (c *Cluster) RealReport(w io.Writer, m *Matrix) {
+// nodes and pods, then each node's routes and leases, and the matrices
+// (one a family: IPv4, then IPv6).
+func (c *Cluster) RealReport(w io.Writer, ms ...*Matrix) {
 	section := section(w)
 	for _, v := range []struct{ title, what string }{
 		{"kubectl get nodes", "nodes"},
@@ -242,13 +247,30 @@ func (c *Cluster) RealReport(w io.Writer, m *Matrix) {
 		}
 		fmt.Fprint(w, out)
 	}
+	section("Pod CIDRs and addresses of the nodes")
+	out, err := c.Kubectl("get", "nodes", "-o", `custom-columns=NAME:.metadata.name,POD-CIDRS:.spec.podCIDRs,INTERNAL-IPS:.status.addresses[?(@.type=="InternalIP")].address`)
+	if err != nil {
+		out = err.Error()
+	}
+	fmt.Fprint(w, out)
 	var nodes []reportNode
 	for _, n := range c.RealNodes {
-		nodes = append(nodes, reportNode{n.Name, n.Routes(), n.File(leases.DefaultPath), leases.DefaultPath})
+		routes := n.Routes()
+		if r6 := n.Routes6(); r6 != "" {
+			routes += "\n" + r6
+		}
+		nodes = append(nodes, reportNode{n.Name, routes, n.File(leases.DefaultPath), leases.DefaultPath})
 	}
 	c.writeRoutesAndLeases(w, section, nodes)
-	if m != nil {
-		section("Ping matrix (kubectl exec ping, average RTT of 3, from a plain pod of each node)")
+	for i, m := range ms {
+		if m == nil {
+			continue
+		}
+		family := "IPv4"
+		if i == 1 {
+			family = "IPv6"
+		}
+		section("Ping matrix, " + family + " (kubectl exec ping, average RTT of 3, from a plain pod of each node)")
 		m.Write(w)
 		fmt.Fprintln(w, "Every cell also fetched /cgi-bin/whoami from the destination: it saw the source's own pod IP (no NAT between pods).")
 	}

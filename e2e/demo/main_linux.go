@@ -68,6 +68,15 @@ func main() {
 	}
 }
 
+// failures are every matrix's failed checks.
+func failures(ms []*cluster.Matrix) []string {
+	var out []string
+	for _, m := range ms {
+		out = append(out, m.Failures()...)
+	}
+	return out
+}
+
 func fatal(err error) {
 	fmt.Fprintln(os.Stderr, "demo:", err)
 	os.Exit(1)
@@ -89,7 +98,7 @@ func run(o cluster.Options, hold bool) int {
 		os.Exit(0)
 	}()
 	var c *cluster.Cluster
-	var m *cluster.Matrix
+	var ms []*cluster.Matrix
 	err := r.Run(func() {
 		fmt.Println("Building a three-node Kubernetes cluster on this machine: real nodes (containerd, kubelet,")
 		fmt.Println("kube-proxy) in their own namespaces; vmlane goes on with `kubectl apply -k`, pods with kubectl.")
@@ -102,35 +111,41 @@ func run(o cluster.Options, hold bool) int {
 		}
 		for _, vm := range vms {
 			got := c.WaitGuest(r, vm.Name)
-			fmt.Printf("• %s: kubectl shows pod IP %s; its guest got %s by DHCP\n", vm.Name, vm.IP, got)
-			if got != vm.IP {
-				r.Fatalf("%s: the guest's DHCP address %s is not the pod IP %s", vm.Name, got, vm.IP)
+			log, _ := c.Kubectl("logs", vm.Name)
+			got6, _ := cluster.GuestAddr6(log)
+			fmt.Printf("• %s: kubectl shows pod IPs %s and %s; its guest got %s by DHCP and %s by DHCPv6\n", vm.Name, vm.IP, vm.IP6, got, got6)
+			if got != vm.IP || got6 != vm.IP6 {
+				r.Fatalf("%s: the guest's addresses %s, %s are not the pod IPs %s, %s", vm.Name, got, got6, vm.IP, vm.IP6)
 			}
 		}
-		var srcs, dsts []cluster.Endpoint
-		for _, n := range c.RealNodes {
-			srcs = append(srcs, c.Endpoint(web[n.Name][0]))
-		}
-		for _, vm := range vms {
-			dsts = append(dsts, c.Endpoint(vm))
-		}
-		dsts = append(dsts, srcs...)
+		// Each family's matrix: plain pods (one a node) to every VM and
+		// plain pod.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		m = cluster.EndpointMatrix(ctx, srcs, dsts, 3)
+		for _, ep := range []func(cluster.KubePod) cluster.Endpoint{c.Endpoint, c.Endpoint6} {
+			var srcs, dsts []cluster.Endpoint
+			for _, n := range c.RealNodes {
+				srcs = append(srcs, ep(web[n.Name][0]))
+			}
+			for _, vm := range vms {
+				dsts = append(dsts, ep(vm))
+			}
+			dsts = append(dsts, srcs...)
+			ms = append(ms, cluster.EndpointMatrix(ctx, srcs, dsts, 3))
+		}
 	})
 	if c != nil {
-		c.RealReport(os.Stdout, m)
+		c.RealReport(os.Stdout, ms...)
 	}
 	code := 0
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "\ndemo failed: %v\n", err)
 		code = 1
-	} else if f := m.Failures(); len(f) > 0 {
+	} else if f := failures(ms); len(f) > 0 {
 		fmt.Fprintf(os.Stderr, "\ndemo: %d checks failed:\n  %s\n", len(f), strings.Join(f, "\n  "))
 		code = 1
 	} else {
-		fmt.Printf("\nAll %d pod pairs reach each other by pod IP, across nodes, without NAT (%s).\n", m.Pairs(), time.Since(start).Round(time.Second))
+		fmt.Printf("\nAll %d pod pairs reach each other by pod IP, IPv4 and IPv6, across nodes, without NAT (%s).\n", ms[0].Pairs(), time.Since(start).Round(time.Second))
 	}
 	if hold && code == 0 {
 		fmt.Println("\nThe cluster stays up. kubectl:")

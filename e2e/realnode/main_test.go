@@ -52,9 +52,11 @@ func setup(r *cluster.Runner) {
 		CNIBinDir: env(r, "VMLANE_CNI_PLUGINS_DIR"),
 		Log:       os.Stderr,
 		RealNodes: []cluster.RealNodeSpec{
-			{Name: "node-a", IP: netip.MustParseAddr("10.99.0.11"), Runtime: cluster.Containerd},
-			{Name: "node-b", IP: netip.MustParseAddr("10.99.0.12"), Runtime: cluster.Containerd},
-			{Name: "node-c", IP: netip.MustParseAddr("10.99.0.13"), Runtime: cluster.Containerd16},
+			// Dual-stack: the controller manager gives each node an
+			// IPv4 and an IPv6 podCIDR.
+			{Name: "node-a", IP: netip.MustParseAddr("10.99.0.11"), IP6: netip.MustParseAddr("fd99::11"), Runtime: cluster.Containerd},
+			{Name: "node-b", IP: netip.MustParseAddr("10.99.0.12"), IP6: netip.MustParseAddr("fd99::12"), Runtime: cluster.Containerd},
+			{Name: "node-c", IP: netip.MustParseAddr("10.99.0.13"), IP6: netip.MustParseAddr("fd99::13"), Runtime: cluster.Containerd16},
 		},
 	})
 	c.WaitNetwork(r)

@@ -4,6 +4,7 @@ package realnode
 
 import (
 	"context"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -193,10 +194,65 @@ func TestVMPods(t *testing.T) {
 	t.Logf("VM pods:\n%s", out)
 }
 
+// podCIDR6 is node's IPv6 podCIDR, as the controller manager allocated it.
+func podCIDR6(t *testing.T, node string) netip.Prefix {
+	t.Helper()
+	n, err := c.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range n.Spec.PodCIDRs {
+		if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Is6() {
+			return p
+		}
+	}
+	t.Fatalf("node %s has no IPv6 podCIDR: %v", node, n.Spec.PodCIDRs)
+	return netip.Prefix{}
+}
+
+// TestDualStack: the controller manager gave every node an IPv6 podCIDR
+// too; containerd's CNI calls got each plain pod an IPv6 address in it
+// (kubectl shows both pod IPs, containerd 1.6 and 2.x alike); plain pods
+// reach each other across nodes by IPv6 without NAT and the outside over
+// IPv6 masqueraded as their node; the VM pods' guests got their pod's IPv6
+// address by DHCPv6, and plain pods reach them by it.
+func TestDualStack(t *testing.T) {
+	for node, ps := range web {
+		cidr := podCIDR6(t, node)
+		for _, p := range ps {
+			if !cidr.Contains(p.IP6) {
+				t.Errorf("%s on %s: IPv6 %v outside the node's IPv6 podCIDR %s", p.Name, node, p.IP6, cidr)
+			}
+		}
+	}
+	for _, pair := range [][2]string{{"node-a", "node-b"}, {"node-b", "node-c"}, {"node-c", "node-a"}} {
+		src, dst := web[pair[0]][0], web[pair[1]][1]
+		if r, out := c.PingFrom(src, dst.IP6, 3, "0.2"); !r.OK {
+			t.Errorf("%s (%s) → %s (%s) over IPv6: %d of 3 pings answered\n%s", src.Name, pair[0], dst.Name, pair[1], r.Recv, out)
+		}
+		if seen, err := c.WhoAmIFrom(src, dst.IP6.String()); err != nil || seen != src.IP6.String() {
+			t.Errorf("%s → %s over IPv6: seen as %q (%v), want %s", src.Name, dst.Name, seen, err, src.IP6)
+		}
+	}
+	src := web["node-b"][0]
+	if seen, err := c.WhoAmIFrom(src, cluster.OutsideIP6.String()); err != nil || seen != "fd99::12" {
+		t.Errorf("%s → outside over IPv6: seen as %q (%v), want node-b's fd99::12", src.Name, seen, err)
+	}
+	for name, p := range vms {
+		log, _ := c.Kubectl("logs", name)
+		if got, ok := cluster.GuestAddr6(log); !ok || got != p.IP6 {
+			t.Errorf("%s: kubectl shows IPv6 pod IP %v, the guest got %v by DHCPv6\n%s", name, p.IP6, got, log)
+		}
+		if seen, err := c.WhoAmIFrom(src, p.IP6.String()); err != nil || seen != src.IP6.String() {
+			t.Errorf("%s → %s over IPv6: seen as %q (%v), want %s", src.Name, name, seen, err, src.IP6)
+		}
+	}
+}
+
 // TestAntiSpoofOnRealNodes: on every node, the plugin that containerd ran
 // and the DaemonSet's vmlaned (unprivileged, with CAP_NET_ADMIN) keep the
 // anti-spoofing table whole, with exactly one entry per CNI lease: its
-// bridge port, MAC and address.
+// bridge port, MAC and addresses.
 func TestAntiSpoofOnRealNodes(t *testing.T) {
 	for _, n := range c.RealNodes {
 		tb := antispoof.Table{NetNS: n.NS.Path}
@@ -222,7 +278,8 @@ func TestAntiSpoofOnRealNodes(t *testing.T) {
 			if l.BridgePort == "" {
 				t.Errorf("%s: lease %s of %s/%s names no bridge port", n.Name, l.IP, l.Pod.Namespace, l.Pod.Name)
 			}
-			want = append(want, l.BridgePort+" "+l.MAC+" "+l.IP.String())
+			mac, _ := net.ParseMAC(l.MAC)
+			want = append(want, antispoof.Port{Name: l.BridgePort, MAC: mac, IP: l.IP, IP6: l.IP6}.String())
 		}
 		sort.Strings(got)
 		sort.Strings(want)

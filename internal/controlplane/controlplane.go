@@ -40,6 +40,10 @@ type Options struct {
 	// real kubelets needs. Without it there are no controllers, and tests
 	// write Node objects themselves.
 	ClusterCIDR netip.Prefix
+	// ClusterCIDR6, with ClusterCIDR, makes the cluster dual-stack: each
+	// Node also gets a /64 of it (kube-controller-manager's
+	// --node-cidr-mask-size-ipv6).
+	ClusterCIDR6 netip.Prefix
 }
 
 // validate reports misuse of the switch options.
@@ -53,6 +57,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("Options.SwitchNS %s needs Options.SwitchBridge", o.SwitchNS)
 	case o.ClusterCIDR.IsValid() && (!o.ClusterCIDR.Addr().Is4() || o.ClusterCIDR.Bits() > 22 || o.ClusterCIDR != o.ClusterCIDR.Masked()):
 		return fmt.Errorf("Options.ClusterCIDR %s: want an IPv4 network of /22 or larger (nodes get /24s)", o.ClusterCIDR)
+	case o.ClusterCIDR6.IsValid() && (!o.ClusterCIDR.IsValid() || !o.ClusterCIDR6.Addr().Is6() || o.ClusterCIDR6.Bits() > 62 || o.ClusterCIDR6.Bits() < 48 || o.ClusterCIDR6 != o.ClusterCIDR6.Masked()):
+		return fmt.Errorf("Options.ClusterCIDR6 %s: want an IPv6 network of /48 to /62 (nodes get /64s) beside an IPv4 ClusterCIDR", o.ClusterCIDR6)
 	}
 	return nil
 }
@@ -115,7 +121,8 @@ type ControlPlane struct {
 	args    []string // extra apiserver flags
 	timeout time.Duration
 
-	clusterCIDR netip.Prefix
+	clusterCIDR  netip.Prefix
+	clusterCIDR6 netip.Prefix
 
 	mu          sync.Mutex
 	etcd        *proc   // guarded by mu

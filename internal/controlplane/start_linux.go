@@ -58,7 +58,8 @@ func Start(t testing.TB, opts Options) *ControlPlane {
 		args:    opts.APIServerArgs,
 		timeout: opts.StartTimeout,
 
-		clusterCIDR: opts.ClusterCIDR,
+		clusterCIDR:  opts.ClusterCIDR,
+		clusterCIDR6: opts.ClusterCIDR6,
 	}
 	if cp.timeout == 0 {
 		cp.timeout = DefaultStartTimeout
@@ -151,8 +152,9 @@ func (cp *ControlPlane) startControllers() error {
 	kcm := append([]string{
 		"--secure-port=" + strconv.Itoa(controllerManagerPort),
 		"--allocate-node-cidrs=true",
-		"--cluster-cidr=" + cp.clusterCIDR.String(),
-		"--node-cidr-mask-size=24",
+		"--cluster-cidr=" + cp.clusterCIDRs(),
+		"--node-cidr-mask-size-ipv4=24",
+		"--node-cidr-mask-size-ipv6=64",
 		"--service-cluster-ip-range=" + ServiceCIDR,
 		// Publishes kube-root-ca.crt into every namespace, which every
 		// pod's projected ServiceAccount volume reads: without it pods
@@ -395,4 +397,13 @@ func (cp *ControlPlane) startProc(name, bin string, args []string) (*proc, error
 		close(p.done)
 	}()
 	return p, nil
+}
+
+// clusterCIDRs is kube-controller-manager's --cluster-cidr: IPv4, then
+// IPv6 on a dual-stack cluster.
+func (cp *ControlPlane) clusterCIDRs() string {
+	if cp.clusterCIDR6.IsValid() {
+		return cp.clusterCIDR.String() + "," + cp.clusterCIDR6.String()
+	}
+	return cp.clusterCIDR.String()
 }
