@@ -33,6 +33,8 @@ type bindReq struct {
 	ip       netip.Addr
 	expires  time.Time
 	hostname string
+	// v6: ip is the lease's IPv6 address, bound by DHCPv6 (Tx.Bind6).
+	v6 bool
 
 	lease leases.Lease
 	err   error
@@ -43,7 +45,15 @@ type bindReq struct {
 // caller whose bind finds no transaction running becomes the committer and
 // keeps committing until the queue is empty; the others only wait.
 func (g *groupCommit) bind(mac string, ip netip.Addr, expires time.Time, hostname string) (leases.Lease, error) {
-	r := &bindReq{mac: mac, ip: ip, expires: expires, hostname: hostname, done: make(chan struct{})}
+	return g.queue(&bindReq{mac: mac, ip: ip, expires: expires, hostname: hostname, done: make(chan struct{})})
+}
+
+// bind6 is bind for a DHCPv6 binding of the lease's ip6.
+func (g *groupCommit) bind6(mac string, ip6 netip.Addr, expires time.Time) (leases.Lease, error) {
+	return g.queue(&bindReq{mac: mac, ip: ip6, expires: expires, v6: true, done: make(chan struct{})})
+}
+
+func (g *groupCommit) queue(r *bindReq) (leases.Lease, error) {
 	g.mu.Lock()
 	g.pending = append(g.pending, r)
 	if g.running {
@@ -73,7 +83,11 @@ func (g *groupCommit) commit(batch []*bindReq) {
 	}
 	err := g.store.Update(func(tx *leases.Tx) error {
 		for _, r := range batch {
-			r.lease, r.err = tx.Bind(r.mac, r.ip, r.expires, r.hostname)
+			if r.v6 {
+				r.lease, r.err = tx.Bind6(r.mac, r.ip, r.expires)
+			} else {
+				r.lease, r.err = tx.Bind(r.mac, r.ip, r.expires, r.hostname)
+			}
 		}
 		return nil
 	})

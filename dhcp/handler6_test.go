@@ -2,11 +2,14 @@ package dhcp
 
 import (
 	"errors"
+	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"path/filepath"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv6"
@@ -329,4 +332,61 @@ func TestParseUDP6(t *testing.T) {
 			t.Errorf("parseUDP6 accepted %x", bad)
 		}
 	}
+}
+
+// TestDeferredBind6 holds DHCPv6 binds to DHCPv4's durability rules: with
+// Defer, a CNI reservation's bind is acknowledged at once and lands within
+// LateBindDelay, batched with the v4 bind of the same lease; a RELEASE
+// writes pending binds first, so the bind cannot land after it and undo
+// it; a quarantined address is not acknowledged early.
+func TestDeferredBind6(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := store6(t)
+		a := NewStoreAllocator(s).Defer(t.Context(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+		ip6 := netip.MustParseAddr("fd00:10:244:3::2")
+		expires := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+		onDisk := func() leases.Lease {
+			t.Helper()
+			l, _, err := s.Get(leases.Key{ContainerID: "vm", IfName: "eth0"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		}
+		l, err := a.Bind6(vmMAC, ip6, expires)
+		if err != nil || l.State6 != leases.StateBound || !l.Expires6.Equal(expires) {
+			t.Fatalf("Bind6 = %+v, %v; want bound at once", l, err)
+		}
+		if _, err := a.Bind(vmMAC, netip.MustParseAddr("10.244.3.2"), expires, "vm"); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if l := onDisk(); l.State6 != "" || l.State != leases.StateReserved {
+			t.Fatalf("on disk before LateBindDelay: %+v, want nothing bound yet", l)
+		}
+		time.Sleep(LateBindDelay)
+		synctest.Wait()
+		if l := onDisk(); l.State6 != leases.StateBound || l.State != leases.StateBound {
+			t.Fatalf("on disk after LateBindDelay: %+v, want both families bound", l)
+		}
+		// A bind queued just before a RELEASE lands before it.
+		if _, err := a.Bind6(vmMAC, ip6, expires.Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok, err := a.Release6(vmMAC, ip6); err != nil || !ok {
+			t.Fatalf("Release6 = %v, %v", ok, err)
+		}
+		time.Sleep(2 * LateBindDelay)
+		synctest.Wait()
+		if l := onDisk(); l.State6 != "" {
+			t.Fatalf("after RELEASE: %+v, want the IPv6 binding gone", l)
+		}
+		// Quarantined: written (and refused) before any reply.
+		if _, err := a.Decline6(vmMAC, ip6, time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Bind6(vmMAC, ip6, expires); !errors.Is(err, leases.ErrConflict) {
+			t.Fatalf("Bind6 of a quarantined address = %v, want ErrConflict at once", err)
+		}
+	})
 }

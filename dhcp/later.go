@@ -137,3 +137,17 @@ func (a StoreAllocator) bindLater(mac string, ip netip.Addr, expires time.Time, 
 	}
 	return l, true
 }
+
+// bindLater6 is bindLater for a DHCPv6 binding of mac's CNI reservation's
+// ip6: the address is on disk, the write adds state6 and expires6. ok is
+// false when the bind must be written first (quarantined, or the lease
+// changed).
+func (a StoreAllocator) bindLater6(mac string, ip6 netip.Addr, expires time.Time) (leases.Lease, bool) {
+	l, ok, err := a.cache.lookupFresh(mac)
+	if err != nil || !ok || l.Source != leases.SourceCNI || l.IP6 != ip6 || l.State6 == leases.StateDeclined {
+		return leases.Lease{}, false
+	}
+	a.late.add(&bindReq{mac: mac, ip: ip6, expires: expires, v6: true, done: make(chan struct{})})
+	l.State6, l.Expires6 = leases.StateBound, expires.UTC()
+	return l, true
+}

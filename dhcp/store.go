@@ -417,19 +417,32 @@ func (a StoreAllocator) Decline(mac net.HardwareAddr, ip netip.Addr, until time.
 
 var _ Allocator6 = StoreAllocator{}
 
-// Bind6 marks ip6 bound to mac until expires, durably before it returns.
-// A DHCPv6 bind touches only the lease's IPv6 members, so a deferred
-// DHCPv4 bind of the same lease lands beside it either way.
+// Bind6 marks ip6 bound to mac until expires, with the durability of
+// Bind: group-committed, and once Defer is on acknowledged at once and
+// written within LateBindDelay (every DHCPv6 address is a CNI
+// reservation's, on disk before its VM exists). A DHCPv6 bind touches only
+// the lease's IPv6 members, so a DHCPv4 bind of the same lease in the same
+// batch lands beside it.
 func (a StoreAllocator) Bind6(mac net.HardwareAddr, ip6 netip.Addr, expires time.Time) (leases.Lease, error) {
+	if a.late != nil {
+		if l, ok := a.bindLater6(mac.String(), ip6, expires); ok {
+			return l, nil
+		}
+	}
+	if a.binds != nil {
+		return a.binds.bind6(mac.String(), ip6, expires)
+	}
 	return a.Store.Bind6(mac.String(), ip6, expires)
 }
 
-// Release6 handles a DHCPv6 RELEASE.
+// Release6 handles a DHCPv6 RELEASE, after the binds Defer let wait.
 func (a StoreAllocator) Release6(mac net.HardwareAddr, ip6 netip.Addr) (leases.Lease, bool, error) {
+	a.Flush() // a deferred bind must not land after the release and undo it
 	return a.Store.Release6(mac.String(), ip6)
 }
 
 // Decline6 quarantines ip6, declined by mac, until until.
 func (a StoreAllocator) Decline6(mac net.HardwareAddr, ip6 netip.Addr, until time.Time) (leases.Lease, error) {
+	a.Flush() // as in Release6
 	return a.Store.Decline6(mac.String(), ip6, until)
 }

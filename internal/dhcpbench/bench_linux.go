@@ -78,9 +78,10 @@ func (b *bench) setup(ctx context.Context, nss *benchns.Run) error {
 		return err
 	}
 	want := netip.PrefixFrom(b.plan.gateway, b.plan.subnet.Bits()).String()
+	want6 := netip.PrefixFrom(b.plan.subnet6.Addr().Next(), b.plan.subnet6.Bits()).String()
 	for deadline := time.Now().Add(startTimeout); ; time.Sleep(50 * time.Millisecond) {
-		out, _ := exec.CommandContext(ctx, "ip", "-n", b.srv.Name, "-4", "-o", "addr", "show", "dev", bridgeName).Output()
-		if strings.Contains(string(out), " "+want+" ") {
+		out, _ := exec.CommandContext(ctx, "ip", "-n", b.srv.Name, "-o", "addr", "show", "dev", bridgeName).Output()
+		if strings.Contains(string(out), " "+want+" ") && strings.Contains(string(out), " "+want6+" ") {
 			break
 		}
 		if err := b.cur.exited(); err != nil {
@@ -99,7 +100,12 @@ func (b *bench) setup(ctx context.Context, nss *benchns.Run) error {
 	if err := b.srv.IP(ctx, "link", "set", portName, "master", bridgeName); err != nil {
 		return err
 	}
-	if b.gen, err = openLoadGen(b.load.Path, loadName); err != nil {
+	if b.cfg.family == 6 {
+		if err := b.staticNeighbors(ctx); err != nil {
+			return err
+		}
+	}
+	if b.gen, err = openLoadGen(b.load.Path, loadName, b.cfg.family); err != nil {
 		return err
 	}
 	b.gen.busy = b.cfg.busy
@@ -186,13 +192,13 @@ func (b *bench) turn(ctx context.Context, t target, dir string, c int, timed []r
 		return err
 	}
 	defer b.stopServer()
-	ack, err := b.probe(ctx)
+	shown, err := b.probe(ctx)
 	if err != nil {
 		return err
 	}
 	if !b.shown[t.name] {
 		b.shown[t.name] = true
-		fmt.Fprintf(b.log, "dhcpbench: %s ACK: %d bytes, options %s\n", t.name, len(ack.ToBytes()), optionCodes(ack))
+		fmt.Fprintf(b.log, "dhcpbench: %s %s\n", t.name, shown)
 	}
 	if warm := b.plan.warm[1:]; len(warm) > 0 {
 		_, to, _, err := b.gen.phase(ctx, warm, c, b.cfg.timeout)
@@ -229,22 +235,23 @@ func (b *bench) turn(ctx context.Context, t target, dir string, c int, timed []r
 }
 
 // probe waits until the server just started answers a whole exchange,
-// for the first warm-up reservation, and returns the ACK.
-func (b *bench) probe(ctx context.Context) (*dhcpv4.DHCPv4, error) {
+// for the first warm-up reservation, and returns the last reply's size and
+// options.
+func (b *bench) probe(ctx context.Context) (string, error) {
 	deadline := time.Now().Add(startTimeout)
 	for {
-		_, ack, err := b.gen.exchange(ctx, b.plan.warm[0], probeTimeout)
+		_, shown, err := b.gen.exchange(ctx, b.plan.warm[0], probeTimeout)
 		if err == nil {
-			return ack, nil
+			return shown, nil
 		}
 		if !errors.Is(err, errTimeout) {
-			return nil, err
+			return "", err
 		}
 		if err := b.cur.exited(); err != nil {
-			return nil, err
+			return "", err
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%s answered no DHCP exchange in %s; its output:\n%s", b.cur.name, startTimeout, b.cur.logs)
+			return "", fmt.Errorf("%s answered no DHCP exchange in %s; its output:\n%s", b.cur.name, startTimeout, b.cur.logs)
 		}
 	}
 }
@@ -273,4 +280,24 @@ func optionCodes(m *dhcpv4.DHCPv4) string {
 	}
 	slices.Sort(codes)
 	return strings.Trim(fmt.Sprint(codes), "[]")
+}
+
+// staticNeighbors gives the server namespace a permanent neighbour entry
+// for every client's link-local address: both servers send their replies
+// through the kernel to the client's link-local address, and the clients,
+// frames written by the load generator, answer no neighbour solicitation.
+// It is the same for both servers.
+func (b *bench) staticNeighbors(ctx context.Context) error {
+	var cmds strings.Builder
+	for _, rs := range [][]reservation{b.plan.warm, b.plan.timed} {
+		for _, r := range rs {
+			fmt.Fprintf(&cmds, "neigh replace %s lladdr %s dev %s nud permanent\n", linkLocal(r.mac), r.mac, bridgeName)
+		}
+	}
+	cmd := exec.CommandContext(ctx, "ip", "-n", b.srv.Name, "-batch", "-")
+	cmd.Stdin = strings.NewReader(cmds.String())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("adding the clients' neighbour entries: %w: %s", err, out)
+	}
+	return nil
 }

@@ -26,11 +26,13 @@ import (
 // socket sees them whatever they are sent to (vmlaned broadcasts; dnsmasq
 // unicasts to chaddr, having set the ARP entry itself).
 type loadGen struct {
-	f       *os.File
-	rc      syscall.RawConn
-	to      unix.SockaddrLinklayer
-	mu      sync.Mutex
-	pending map[dhcpv4.TransactionID]chan []byte
+	f  *os.File
+	rc syscall.RawConn
+	to unix.SockaddrLinklayer
+	mu sync.Mutex
+	// family is 4 (DHCP) or 6 (DHCPv6): what the clients speak.
+	family  int
+	pending map[xid]chan []byte
 	stray   atomic.Int64 // replies to no pending xid
 	done    chan struct{}
 
@@ -105,11 +107,28 @@ var clientPortFilter = []unix.SockFilter{
 	{Code: 0x06, K: 0},                 // drop: ret #0
 }
 
+// client6PortFilter is `ip6 and udp dst port 546`: DHCPv6 replies.
+var client6PortFilter = []unix.SockFilter{
+	{Code: 0x28, K: 12},              // ldh [12]          ethertype
+	{Code: 0x15, Jf: 5, K: etherIP6}, // jne #0x86dd, drop
+	{Code: 0x30, K: 20},              // ldb [20]          next header
+	{Code: 0x15, Jf: 3, K: protoUDP}, // jne #17, drop
+	{Code: 0x28, K: 56},              // ldh [56]          UDP dst port
+	{Code: 0x15, Jf: 1, K: client6},  // jne #546, drop
+	{Code: 0x06, K: 0x40000},         // ret #262144
+	{Code: 0x06, K: 0},               // drop: ret #0
+}
+
+// xid is an exchange's transaction ID: DHCP's four bytes, or DHCPv6's
+// three and a zero.
+type xid [4]byte
+
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
-// openLoadGen opens the socket on ifname in the namespace at nsPath. The
-// socket stays in that namespace whichever thread uses it later.
-func openLoadGen(nsPath, ifname string) (*loadGen, error) {
+// openLoadGen opens the socket of clients of family (4 or 6) on ifname in
+// the namespace at nsPath. The socket stays in that namespace whichever
+// thread uses it later.
+func openLoadGen(nsPath, ifname string, family int) (*loadGen, error) {
 	var fd, ifindex int
 	err := ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
 		ifi, err := net.InterfaceByName(ifname)
@@ -129,9 +148,13 @@ func openLoadGen(nsPath, ifname string) (*loadGen, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening packet socket on %s: %w", ifname, err)
 	}
+	filter, proto := clientPortFilter, uint16(unix.ETH_P_IP)
+	if family == 6 {
+		filter, proto = client6PortFilter, unix.ETH_P_IPV6
+	}
 	setup := func() error {
 		if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER,
-			&unix.SockFprog{Len: uint16(len(clientPortFilter)), Filter: &clientPortFilter[0]}); err != nil {
+			&unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}); err != nil {
 			return fmt.Errorf("attaching filter: %w", err)
 		}
 		// Room for every reply of a burst: 64 clients in flight never
@@ -140,7 +163,7 @@ func openLoadGen(nsPath, ifname string) (*loadGen, error) {
 		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20); err != nil {
 			return fmt.Errorf("setting receive buffer: %w", err)
 		}
-		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_IP), Ifindex: ifindex})
+		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(proto), Ifindex: ifindex})
 	}
 	if err := setup(); err != nil {
 		unix.Close(fd)
@@ -153,9 +176,9 @@ func openLoadGen(nsPath, ifname string) (*loadGen, error) {
 		return nil, err
 	}
 	g := &loadGen{
-		f: f, rc: rc, nsPath: nsPath, ifname: ifname,
-		to:      unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_IP), Ifindex: ifindex},
-		pending: map[dhcpv4.TransactionID]chan []byte{},
+		f: f, rc: rc, nsPath: nsPath, ifname: ifname, family: family,
+		to:      unix.SockaddrLinklayer{Protocol: htons(proto), Ifindex: ifindex},
+		pending: map[xid]chan []byte{},
 		done:    make(chan struct{}),
 	}
 	go g.read()
@@ -189,14 +212,12 @@ func (g *loadGen) read() {
 		if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype == unix.PACKET_OUTGOING {
 			continue
 		}
-		p, ok := serverPayload(buf[:n])
-		if !ok || len(p) < 8 || p[0] != byte(dhcpv4.OpcodeBootReply) {
+		id, p, ok := g.reply(buf[:n])
+		if !ok {
 			continue
 		}
-		var xid dhcpv4.TransactionID
-		copy(xid[:], p[4:8])
 		g.mu.Lock()
-		ch := g.pending[xid]
+		ch := g.pending[id]
 		g.mu.Unlock()
 		if ch == nil {
 			g.stray.Add(1)
@@ -209,40 +230,69 @@ func (g *loadGen) read() {
 	}
 }
 
-// register gives m an xid no pending exchange uses and returns the
-// channel its replies come on.
-func (g *loadGen) register(m *dhcpv4.DHCPv4) (chan []byte, error) {
+// reply takes a server's reply out of a frame: its xid and payload, or
+// false for a frame that is none.
+func (g *loadGen) reply(frame []byte) (xid, []byte, bool) {
+	var id xid
+	if g.family == 6 {
+		p, ok := serverPayload6(frame)
+		// ADVERTISE (2) or REPLY (7), then the three-byte xid.
+		if !ok || len(p) < 4 || (p[0] != 2 && p[0] != 7) {
+			return id, nil, false
+		}
+		copy(id[:3], p[1:4])
+		return id, p, true
+	}
+	p, ok := serverPayload(frame)
+	if !ok || len(p) < 8 || p[0] != byte(dhcpv4.OpcodeBootReply) {
+		return id, nil, false
+	}
+	copy(id[:], p[4:8])
+	return id, p, true
+}
+
+// register takes *id for an exchange, or another xid (written to *id,
+// whose last byte stays as given) while a pending exchange has it, and
+// returns the channel its replies come on.
+func (g *loadGen) register(id *xid) (chan []byte, error) {
 	ch := make(chan []byte, 2)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for g.pending[m.TransactionID] != nil {
-		xid, err := dhcpv4.GenerateTransactionID()
+	for g.pending[*id] != nil {
+		fresh, err := dhcpv4.GenerateTransactionID()
 		if err != nil {
 			return nil, err
 		}
-		m.TransactionID = xid
+		copy(id[:3], fresh[:3])
+		if g.family == 4 {
+			id[3] = fresh[3]
+		}
 	}
-	g.pending[m.TransactionID] = ch
+	g.pending[*id] = ch
 	return ch, nil
 }
 
-func (g *loadGen) unregister(xid dhcpv4.TransactionID) {
+func (g *loadGen) unregister(id xid) {
 	g.mu.Lock()
-	delete(g.pending, xid)
+	delete(g.pending, id)
 	g.mu.Unlock()
 }
 
 func (g *loadGen) send(m *dhcpv4.DHCPv4) error {
-	frame := clientFrame(m.ClientHWAddr, m.ToBytes())
+	if err := g.write(clientFrame(m.ClientHWAddr, m.ToBytes())); err != nil {
+		return fmt.Errorf("sending %s for %s: %w", m.MessageType(), m.ClientHWAddr, err)
+	}
+	return nil
+}
+
+// write sends one whole frame.
+func (g *loadGen) write(frame []byte) error {
 	var serr error
 	err := g.rc.Write(func(fd uintptr) bool {
 		serr = unix.Sendto(int(fd), frame, 0, &g.to)
 		return serr != unix.EAGAIN
 	})
-	if err = errors.Join(err, serr); err != nil {
-		return fmt.Errorf("sending %s for %s: %w", m.MessageType(), m.ClientHWAddr, err)
-	}
-	return nil
+	return errors.Join(err, serr)
 }
 
 // errTimeout is an OFFER or ACK that did not come in time.
@@ -256,21 +306,37 @@ var requested = dhcpv4.WithRequestedOptions(
 	dhcpv4.OptionDNSDomainSearchList, dhcpv4.OptionClasslessStaticRoute,
 )
 
-// exchange runs one DORA for r as a client in INIT state does (broadcast
+// exchange runs one exchange of the clients' family for r: exchange4 or
+// exchange6. It returns the time from the first message sent to the last
+// reply received, and the last reply's size and option codes, for the log.
+func (g *loadGen) exchange(ctx context.Context, r reservation, timeout time.Duration) (time.Duration, string, error) {
+	if g.family == 6 {
+		return g.exchange6(ctx, r, timeout)
+	}
+	d, ack, err := g.exchange4(ctx, r, timeout)
+	if err != nil {
+		return 0, "", err
+	}
+	return d, fmt.Sprintf("ACK: %d bytes, options %s", len(ack.ToBytes()), optionCodes(ack)), nil
+}
+
+// exchange4 runs one DORA for r as a client in INIT state does (broadcast
 // flag clear, no retransmission) and returns the time from DISCOVER sent
 // to ACK received, and the ACK. Each reply may take up to timeout; one that
 // does not come ends the exchange with errTimeout. A NAK or an address
 // other than r's is an error: the servers must serve the reservations.
-func (g *loadGen) exchange(ctx context.Context, r reservation, timeout time.Duration) (time.Duration, *dhcpv4.DHCPv4, error) {
+func (g *loadGen) exchange4(ctx context.Context, r reservation, timeout time.Duration) (time.Duration, *dhcpv4.DHCPv4, error) {
 	disc, err := dhcpv4.NewDiscovery(r.mac, requested)
 	if err != nil {
 		return 0, nil, err
 	}
-	ch, err := g.register(disc)
+	id := xid(disc.TransactionID)
+	ch, err := g.register(&id)
 	if err != nil {
 		return 0, nil, err
 	}
-	defer g.unregister(disc.TransactionID)
+	disc.TransactionID = dhcpv4.TransactionID(id)
+	defer g.unregister(id)
 	start := time.Now()
 	if err := g.send(disc); err != nil {
 		return 0, nil, err
@@ -331,7 +397,7 @@ func await(ctx context.Context, ch <-chan []byte, want dhcpv4.MessageType, timeo
 func (g *loadGen) busyExchange(ctx context.Context, client int, r reservation, timeout time.Duration) (time.Duration, error) {
 	on := g
 	if g.busy.ownSocket {
-		own, err := openLoadGen(g.nsPath, g.ifname)
+		own, err := openLoadGen(g.nsPath, g.ifname, g.family)
 		if err != nil {
 			return 0, err
 		}

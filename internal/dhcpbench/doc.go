@@ -25,6 +25,21 @@
 //	                its own vCPU, so the server competes with its clients
 //	                for the cores), both
 //	-burn D         CPU burnt per exchange with cpu or both (default 2ms)
+//	-family F       4 (default): DHCP, DISCOVER to ACK; 6: DHCPv6,
+//	                SOLICIT, ADVERTISE, REQUEST, REPLY, from each MAC's
+//	                EUI-64 link-local address with a DUID-LL of its MAC,
+//	                timed from SOLICIT to REPLY (see "DHCPv6" below)
+//
+// # DHCPv6
+//
+// Both servers serve DHCPv6 on the same bridge in every run (vmlaned is
+// dual-stack with --pod-cidr IPv4,IPv6; dnsmasq gets a static IPv6 range
+// and each reservation's [ip6] in its hosts file, and finds a client's MAC
+// in its DUID-LL). Both send their replies through the kernel to the
+// client's link-local address; the clients are frames the load generator
+// writes and answer no neighbour solicitation, so the server namespace
+// gets a permanent neighbour entry for every client first, the same for
+// both servers. The goal is the same as for DHCP.
 //
 // # Setup
 //

@@ -37,6 +37,8 @@ type config struct {
 	warmup  int
 	timeout time.Duration
 	busy    contention
+	// family is 4 (DHCP DORA) or 6 (DHCPv6 SOLICIT to REPLY).
+	family int
 }
 
 // subnetBase is where the bench's subnet starts: a /22 by default, wider
@@ -58,6 +60,7 @@ func main() {
 	fs.IntVar(&cfg.rounds, "rounds", 4, "turns the servers take within each level")
 	fs.IntVar(&cfg.warmup, "warmup", 32, "uncounted exchanges per turn before timing")
 	fs.DurationVar(&cfg.timeout, "timeout", 2*time.Second, "how long each reply (OFFER, ACK) may take before the exchange counts as timed out")
+	fs.IntVar(&cfg.family, "family", 4, "4: DHCP (DISCOVER to ACK); 6: DHCPv6 (SOLICIT to REPLY), the same servers on a dual-stack bridge")
 	var busy string
 	fs.StringVar(&busy, "contention", "none", "clients like guests on a busy node: none, socket (a socket per exchange), cpu (CPU burnt after each exchange), both")
 	fs.DurationVar(&cfg.busy.burn, "burn", 2*time.Millisecond, "with -contention cpu or both: CPU each client burns after each exchange")
@@ -79,11 +82,14 @@ func main() {
 	if err == nil {
 		cfg.levels, err = parseLevels(levels)
 	}
+	if err == nil && cfg.family != 4 && cfg.family != 6 {
+		err = fmt.Errorf("-family %d: want 4 or 6", cfg.family)
+	}
 	if err != nil || cfg.vmlaned == "" || cfg.n < 1 || cfg.rounds < 1 || cfg.rounds > cfg.n || cfg.warmup < 0 || cfg.timeout <= 0 || fs.NArg() > 0 {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "dhcpbench:", err)
 		}
-		fmt.Fprintln(os.Stderr, "usage: dhcpbench -vmlaned BIN/vmlaned [-dnsmasq /usr/sbin/dnsmasq] [-levels 1,16,64] [-n 800] [-rounds 4] [-warmup 32] [-timeout 2s]")
+		fmt.Fprintln(os.Stderr, "usage: dhcpbench -vmlaned BIN/vmlaned [-dnsmasq /usr/sbin/dnsmasq] [-family 4|6] [-levels 1,16,64] [-n 800] [-rounds 4] [-warmup 32] [-timeout 2s] [-contention none|socket|cpu|both]")
 		os.Exit(2)
 	}
 	// A second signal kills at once (see Main); Pdeathsig takes the
@@ -146,13 +152,17 @@ func run(ctx context.Context, cfg config, out, log io.Writer) (err error) {
 
 	var uts unix.Utsname
 	unix.Uname(&uts)
-	fmt.Fprintf(out, "DHCP DORA exchanges: vmlaned against %s, both in this run on one machine "+
+	what, subnet := "DHCP DORA exchanges", p.subnet
+	if cfg.family == 6 {
+		what, subnet = "DHCPv6 exchanges (SOLICIT, ADVERTISE, REQUEST, REPLY)", p.subnet6
+	}
+	fmt.Fprintf(out, "%s: vmlaned against %s, both in this run on one machine "+
 		"(nproc %d, Linux %s), one server at a time on the same bridge; lease files on %s. "+
 		"%d CNI reservations in %s, served by both; per server and level %d timed exchanges, "+
 		"each a first bind of a MAC of its own, in %s taken in turn; a reply not in %s is a timeout. Clients: %s.\n\n",
-		dnsmasqVersion,
+		what, dnsmasqVersion,
 		runtime.NumCPU(), unix.ByteSliceToString(uts.Release[:]), fsType(tmp),
-		len(p.warm)+len(p.timed), p.subnet, cfg.n, plural(cfg.rounds, "round"), cfg.timeout, cfg.busy)
+		len(p.warm)+len(p.timed), subnet, cfg.n, plural(cfg.rounds, "round"), cfg.timeout, cfg.busy)
 	return writeTable(out, rs, "vmlaned", "dnsmasq", cfg.timeout)
 }
 

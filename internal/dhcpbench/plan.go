@@ -13,6 +13,7 @@ import (
 type reservation struct {
 	mac  net.HardwareAddr
 	ip   netip.Addr
+	ip6  netip.Addr // in plan.subnet6
 	name string
 }
 
@@ -23,6 +24,8 @@ type reservation struct {
 type plan struct {
 	subnet  netip.Prefix
 	gateway netip.Addr
+	// subnet6 is the IPv6 side, which the DHCPv6 run (-family 6) serves.
+	subnet6 netip.Prefix
 	warm    []reservation
 	timed   []reservation
 }
@@ -44,8 +47,12 @@ func newPlan(base netip.Addr, warm, timed int) (plan, error) {
 	for 1<<(32-bits) < need {
 		bits--
 	}
-	p := plan{subnet: netip.PrefixFrom(base, bits).Masked()}
+	p := plan{subnet: netip.PrefixFrom(base, bits).Masked(), subnet6: subnet6}
 	p.gateway = p.subnet.Addr().Next()
+	ip6 := subnet6.Addr()
+	for range firstHost {
+		ip6 = ip6.Next()
+	}
 	ip := p.subnet.Addr()
 	for range firstHost {
 		ip = ip.Next()
@@ -54,6 +61,7 @@ func newPlan(base netip.Addr, warm, timed int) (plan, error) {
 		r := reservation{
 			mac:  net.HardwareAddr{0x02, 0x62, 0x6e, 0x00, byte(i >> 8), byte(i)},
 			ip:   ip,
+			ip6:  ip6,
 			name: fmt.Sprintf("vm-%05d", i),
 		}
 		if i < warm {
@@ -61,18 +69,22 @@ func newPlan(base netip.Addr, warm, timed int) (plan, error) {
 		} else {
 			p.timed = append(p.timed, r)
 		}
-		ip = ip.Next()
+		ip, ip6 = ip.Next(), ip6.Next()
 	}
 	return p, nil
 }
 
-// dnsmasqHosts is the plan as a --dhcp-hostsfile: MAC,IP,hostname per
-// line, the same reservations and hostnames vmlaned serves.
+// subnet6 is the IPv6 subnet of every plan, the reservations' ip6.
+var subnet6 = netip.MustParsePrefix("fd00:252::/64")
+
+// dnsmasqHosts is the plan as a --dhcp-hostsfile: MAC,IP,[IP6],hostname
+// per line, the same reservations and hostnames vmlaned serves (dnsmasq
+// finds a DHCPv6 client's MAC in its DUID-LL).
 func (p plan) dnsmasqHosts() string {
 	var b strings.Builder
 	for _, rs := range [][]reservation{p.warm, p.timed} {
 		for _, r := range rs {
-			fmt.Fprintf(&b, "%s,%s,%s\n", r.mac, r.ip, r.name)
+			fmt.Fprintf(&b, "%s,%s,[%s],%s\n", r.mac, r.ip, r.ip6, r.name)
 		}
 	}
 	return b.String()

@@ -46,9 +46,9 @@ func TestDnsmasqHosts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `02:62:6e:00:00:00,10.252.0.10,vm-00000
-02:62:6e:00:00:01,10.252.0.11,vm-00001
-02:62:6e:00:00:02,10.252.0.12,vm-00002
+	want := `02:62:6e:00:00:00,10.252.0.10,[fd00:252::a],vm-00000
+02:62:6e:00:00:01,10.252.0.11,[fd00:252::b],vm-00001
+02:62:6e:00:00:02,10.252.0.12,[fd00:252::c],vm-00002
 `
 	if diff := cmp.Diff(want, p.dnsmasqHosts()); diff != "" {
 		t.Errorf("hosts file (-want +got):\n%s", diff)

@@ -23,6 +23,7 @@ import (
 const (
 	bridgeName = "vmlane0"
 	dnsServer  = "10.96.0.10"
+	dnsServer6 = "fd00:96::a"
 	domain     = "vmlane.test"
 	mtu        = 1500
 	leaseTime  = time.Hour
@@ -59,7 +60,7 @@ func targets(cfg config, srvNS *benchns.NS, p plan) []target {
 
 func vmlanedArgs(dir string, p plan) []string {
 	return []string{
-		"--pod-cidr", p.subnet.String(),
+		"--pod-cidr", p.subnet.String() + "," + p.subnet6.String(),
 		"--lease-file", filepath.Join(dir, "leases.json"),
 		"--cni-conf-dir", filepath.Join(dir, "net.d"),
 		// Its own namespace's loopback: no port there is taken.
@@ -68,7 +69,7 @@ func vmlanedArgs(dir string, p plan) []string {
 		"--bridge", bridgeName,
 		"--mtu", strconv.Itoa(mtu),
 		"--lease-time", leaseTime.String(),
-		"--dns", dnsServer,
+		"--dns", dnsServer + "," + dnsServer6,
 		"--domain", domain,
 		"--search", domain,
 	}
@@ -100,7 +101,12 @@ func dnsmasqArgs(dir string, p plan) []string {
 		"--dhcp-option=option:domain-name," + domain,
 		"--dhcp-option=option:domain-search," + domain,
 		fmt.Sprintf("--dhcp-option=option:mtu,%d", mtu),
-		"--quiet-dhcp",
+		// DHCPv6 too, from the same reservations (the hosts file gives
+		// each MAC its [ip6]), with the same options.
+		fmt.Sprintf("--dhcp-range=%s,static,%d,%ds", p.subnet6.Addr(), p.subnet6.Bits(), int(leaseTime.Seconds())),
+		"--dhcp-option=option6:dns-server,[" + dnsServer6 + "]",
+		"--dhcp-option=option6:domain-search," + domain,
+		"--quiet-dhcp", "--quiet-dhcp6",
 		"--log-facility=-",
 		"--pid-file=" + filepath.Join(dir, "dnsmasq.pid"),
 		"--user=root", "--group=root",
@@ -111,7 +117,7 @@ func dnsmasqArgs(dir string, p plan) []string {
 // plugin does on ADD: one CNI reservation per VM NIC, keyed by its
 // attachment, with its pod, MAC and address. All go in one Update.
 func writeReservations(path string, p plan) error {
-	s, err := leases.Open(path, p.subnet, p.gateway)
+	s, err := leases.Open(path, p.subnet, p.gateway, leases.WithSubnet6(p.subnet6, p.subnet6.Addr().Next()))
 	if err != nil {
 		return err
 	}
@@ -122,6 +128,7 @@ func writeReservations(path string, p plan) error {
 				Key:      leases.Key{ContainerID: id, IfName: "eth0"},
 				Source:   leases.SourceCNI,
 				IP:       r.ip,
+				IP6:      r.ip6,
 				MAC:      r.mac.String(),
 				NetNS:    "/var/run/netns/" + id,
 				Pod:      leases.Pod{Namespace: "default", Name: r.name, UID: fmt.Sprintf("00000000-0000-4000-8000-%012d", i)},
