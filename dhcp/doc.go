@@ -1,7 +1,19 @@
-// Package dhcp is vmlane's embedded DHCPv4 server: it answers VMs on the
-// node bridge with the address the CNI plugin reserved for their MAC in the
-// lease file and, when a dynamic range is configured, allocates addresses to
-// VMs attached to the bridge without CNI.
+// Package dhcp is vmlane's embedded DHCPv4 and DHCPv6 server: it answers
+// VMs on the node bridge with the address the CNI plugin reserved for their
+// MAC in the lease file and, when a dynamic range is configured, allocates
+// IPv4 addresses to VMs attached to the bridge without CNI.
+//
+// # DHCPv6
+//
+// On a dual-stack node [Handler6] serves each CNI reservation's ip6 (see
+// its Handle for every message) and [Server6] runs it on the bridge: a
+// packet socket with a BPF filter for UDP to port 547 reads requests with
+// their frame's source MAC, the client's identity (never its DUID, which
+// a guest chooses), and a UDP socket bound to [::]:547 on the bridge,
+// member of ff02::1:2, sends the replies to the client's link-local
+// address. [StoreAllocator]'s Bind6 follows Bind's durability rules. The
+// bridge's router advertisements, which send guests to DHCPv6, are
+// internal/ra's. The rest of this comment is about DHCPv4.
 //
 // # Shape
 //

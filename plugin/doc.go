@@ -12,6 +12,11 @@
 // or one derived from the address, see DeriveMAC), and vmlaned's DHCP server
 // hands it to the guest.
 //
+// With "subnet6" (a dual-stack node) every attachment also gets an address
+// of the node's IPv6 pod subnet: a plain pod in its netns (without DAD)
+// with an IPv6 default route, a VM's guest by DHCPv6 from vmlaned. The
+// result lists both, IPv4 first, on CNI_IFNAME.
+//
 // Every kernel effect goes through the dataplane interface; the Linux
 // implementation uses netlink. The verbs follow CNI spec 1.1: ADD undoes
 // its own work when it fails, DEL succeeds when there is nothing left, GC

@@ -462,3 +462,36 @@ func TestNewerVmlanesLeases(t *testing.T) {
 		t.Errorf("get --mac: exit %d, stderr %q, want it to hold %q", r.code, r.stderr, want)
 	}
 }
+
+// TestListDualStack: a dual-stack node's table has the IPv6 address and
+// DHCPv6 state beside each lease's, and get finds a lease by its ip6.
+func TestListDualStack(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "leases.json")
+	s, err := leases.Open(path, netip.MustParsePrefix("10.244.3.0/24"), netip.MustParseAddr("10.244.3.1"),
+		leases.WithSubnet6(netip.MustParsePrefix("fd00:10:244:3::/64"), netip.MustParseAddr("fd00:10:244:3::1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Reserve(leases.ReserveRequest{Key: leases.Key{ContainerID: "4f6c2b9e0d1a77aa", IfName: "eth0"}, MAC: "02:00:0a:f4:03:02",
+		Pod: leases.Pod{Namespace: "default", Name: "vm-a"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Bind6("02:00:0a:f4:03:02", netip.MustParseAddr("fd00:10:244:3::2"), farFuture); err != nil {
+		t.Fatal(err)
+	}
+	const want = `IP          IP6               MAC                STATE     STATE6  SOURCE  POD           CONTAINER     IFNAME  HOSTNAME  EXPIRES
+10.244.3.2  fd00:10:244:3::2  02:00:0a:f4:03:02  reserved  bound   cni     default/vm-a  4f6c2b9e0d1a  eth0    -         -
+`
+	for _, args := range [][]string{
+		{"leases", "list", "--lease-file", path},
+		{"leases", "get", "--ip", "fd00:10:244:3::2", "--lease-file", path},
+	} {
+		r := runAt(args...)
+		if r.code != exitOK || r.stderr != "" {
+			t.Fatalf("%q: exit %d, stderr %q", args, r.code, r.stderr)
+		}
+		if diff := cmp.Diff(want, r.stdout); diff != "" {
+			t.Errorf("%q: stdout (-want +got):\n%s", args, diff)
+		}
+	}
+}
