@@ -2,7 +2,6 @@ package dhcp
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -204,20 +203,6 @@ func (s *Server6) Serve(ctx context.Context, log *slog.Logger) error {
 			s.h.drop(DropQueueFull)
 		}
 	}
-}
-
-// parseUDP6 takes the source and the UDP payload out of an IPv6 packet
-// whose next header is UDP (the filter checked that and the port).
-func parseUDP6(b []byte) (src netip.AddrPort, payload []byte, ok bool) {
-	if len(b) < 48 || b[0]>>4 != 6 || b[6] != unix.IPPROTO_UDP {
-		return src, nil, false
-	}
-	ulen := int(binary.BigEndian.Uint16(b[44:46]))
-	if ulen < 8 || 40+ulen > len(b) {
-		return src, nil, false
-	}
-	addr := netip.AddrFrom16([16]byte(b[8:24]))
-	return netip.AddrPortFrom(addr, binary.BigEndian.Uint16(b[40:42])), b[48 : 40+ulen], true
 }
 
 func (s *Server6) serveOne(log *slog.Logger, macs *macMutex, p packet6) {
