@@ -66,25 +66,9 @@ func NewHandler(cfg Config, alloc Allocator, opts ...Option) (*Handler, error) {
 			return nil, fmt.Errorf("dhcp: route %s via %s is not IPv4", r.Dest, r.Via)
 		}
 	}
-	// A fully qualified name's trailing dot is the root label, which the
-	// RFC 1035 encoding of option 119 already ends every name with; kept,
-	// it would encode as one more, empty, name (the root domain).
-	search := make([]string, len(cfg.Search))
-	for i, d := range cfg.Search {
-		search[i] = strings.TrimSuffix(d, ".")
-	}
-	cfg.Search = search
-	if _, err := searchBytes(cfg.Search); err != nil {
+	var err error
+	if cfg.Search, cfg.LeaseTime, cfg.Quarantine, err = common(cfg.Search, cfg.LeaseTime, cfg.Quarantine, "option 51"); err != nil {
 		return nil, err
-	}
-	if cfg.LeaseTime <= 0 {
-		cfg.LeaseTime = DefaultLeaseTime
-	}
-	if cfg.LeaseTime/time.Second > 0xfffffffe {
-		return nil, fmt.Errorf("dhcp: lease time %s does not fit option 51", cfg.LeaseTime)
-	}
-	if cfg.Quarantine <= 0 {
-		cfg.Quarantine = DefaultQuarantine
 	}
 	if cfg.Hostname == nil {
 		cfg.Hostname = defaultHostname
@@ -95,6 +79,33 @@ func NewHandler(cfg Config, alloc Allocator, opts ...Option) (*Handler, error) {
 	}
 	h.log = h.log.With("component", "dhcp")
 	return h, nil
+}
+
+// common checks what both servers' configs have and fills in their
+// defaults: the search list (its encoding, RFC 1035 labels as option 119
+// and DHCPv6 option 24 both use), the lease time (which must fit field's
+// 32 bits) and the quarantine.
+func common(search []string, lease, quarantine time.Duration, field string) ([]string, time.Duration, time.Duration, error) {
+	// A fully qualified name's trailing dot is the root label, which the
+	// RFC 1035 encoding already ends every name with; kept, it would
+	// encode as one more, empty, name (the root domain).
+	out := make([]string, len(search))
+	for i, d := range search {
+		out[i] = strings.TrimSuffix(d, ".")
+	}
+	if _, err := searchBytes(out); err != nil {
+		return nil, 0, 0, err
+	}
+	if lease <= 0 {
+		lease = DefaultLeaseTime
+	}
+	if lease/time.Second > 0xfffffffe {
+		return nil, 0, 0, fmt.Errorf("dhcp: lease time %s does not fit %s", lease, field)
+	}
+	if quarantine <= 0 {
+		quarantine = DefaultQuarantine
+	}
+	return out, lease, quarantine, nil
 }
 
 func defaultHostname(l leases.Lease) string {

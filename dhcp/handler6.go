@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"strings"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv6"
@@ -101,22 +100,9 @@ func NewHandler6(cfg Config6, alloc Allocator6, log *slog.Logger) (*Handler6, er
 		}
 	}
 	cfg.DNS = dns
-	search := make([]string, len(cfg.Search))
-	for i, d := range cfg.Search {
-		search[i] = strings.TrimSuffix(d, ".")
-	}
-	cfg.Search = search
-	if _, err := searchBytes(cfg.Search); err != nil {
+	var err error
+	if cfg.Search, cfg.LeaseTime, cfg.Quarantine, err = common(cfg.Search, cfg.LeaseTime, cfg.Quarantine, "DHCPv6's 32-bit lifetimes"); err != nil {
 		return nil, err
-	}
-	if cfg.LeaseTime <= 0 {
-		cfg.LeaseTime = DefaultLeaseTime
-	}
-	if cfg.LeaseTime/time.Second > 0xfffffffe {
-		return nil, fmt.Errorf("dhcp: lease time %s does not fit DHCPv6's 32-bit lifetimes", cfg.LeaseTime)
-	}
-	if cfg.Quarantine <= 0 {
-		cfg.Quarantine = DefaultQuarantine
 	}
 	if log == nil {
 		log = slog.Default()

@@ -306,26 +306,17 @@ func (d *decoder) boolField(dst *bool, name string) error {
 }
 
 func (d *decoder) addrField(dst *netip.Addr, name string) error {
-	if d.null() {
-		return nil
-	}
-	v, err := d.str()
-	if err != nil {
-		return fmt.Errorf("%q: %w", name, err)
-	}
-	if v == "" {
-		*dst = netip.Addr{}
-		return nil
-	}
-	a, err := netip.ParseAddr(v)
-	if err != nil {
-		return fmt.Errorf("%q: %w", name, err)
-	}
-	*dst = a
-	return nil
+	return parsedField(d, dst, name, netip.ParseAddr)
 }
 
 func (d *decoder) prefixField(dst *netip.Prefix, name string) error {
+	return parsedField(d, dst, name, netip.ParsePrefix)
+}
+
+// parsedField reads a string member through parse into dst: null leaves
+// dst as it is, "" makes it zero, as encoding/json's TextUnmarshaler
+// handling of netip's types does.
+func parsedField[T any](d *decoder, dst *T, name string, parse func(string) (T, error)) error {
 	if d.null() {
 		return nil
 	}
@@ -334,14 +325,15 @@ func (d *decoder) prefixField(dst *netip.Prefix, name string) error {
 		return fmt.Errorf("%q: %w", name, err)
 	}
 	if v == "" {
-		*dst = netip.Prefix{}
+		var zero T
+		*dst = zero
 		return nil
 	}
-	p, err := netip.ParsePrefix(v)
+	x, err := parse(v)
 	if err != nil {
 		return fmt.Errorf("%q: %w", name, err)
 	}
-	*dst = p
+	*dst = x
 	return nil
 }
 

@@ -636,6 +636,32 @@ func (tx *Tx) Free(exclude Pool) int {
 	return max(free, 0)
 }
 
+// Free6 counts the IPv6 addresses a CNI reservation could still get, for a
+// dual-stack store ([WithSubnet6]); 0 for one that is not. Like Free it
+// stops at 1<<20.
+func (tx *Tx) Free6() int {
+	const enough = 1 << 20
+	f := tx.f
+	if tx.s == nil || !tx.s.subnet6.IsValid() || !f.Subnet6.IsValid() {
+		return 0
+	}
+	pool := poolOf(f.Subnet6)
+	size := rangeSize(pool.First, pool.Last)
+	if size >= enough {
+		return enough
+	}
+	free := int(size)
+	for _, l := range f.Leases {
+		if l.IP6.IsValid() {
+			free--
+		}
+	}
+	if pool.contains(f.Gateway6) {
+		free--
+	}
+	return max(free, 0)
+}
+
 // rangeSize is last-first+1, saturating at 1<<32 (enough for any count the
 // caller compares it with).
 func rangeSize(first, last netip.Addr) uint64 {

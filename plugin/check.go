@@ -156,7 +156,8 @@ func expectedFromResult(r *current.Result, c *Config, args *skel.CmdArgs) (Expec
 }
 
 // Status reports whether the plugin can serve an ADD now (CNI 1.1): the
-// bridge is up, the lease file is readable, and an address is free.
+// bridge is up, the lease file is readable, and an address is free (of
+// each family, on a dual-stack network).
 func (p *Plugin) Status(args *skel.CmdArgs) error {
 	return p.run("STATUS", args, func(c *Config, log *slog.Logger) error {
 		if err := p.dp.BridgeStatus(c.Bridge); err != nil {
@@ -166,9 +167,10 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 		if err != nil {
 			return types.NewError(errPluginNotAvailable, "lease store unusable", err.Error())
 		}
-		var free bool
+		var free, free6 bool
 		err = store.View(func(tx *leases.Tx) error {
 			free = tx.Free(c.Exclude) > 0
+			free6 = !c.DualStack() || tx.Free6() > 0
 			return nil
 		})
 		if err != nil {
@@ -176,6 +178,10 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 		}
 		if !free {
 			return types.NewError(errPluginNotAvailable, fmt.Sprintf("subnet %s is full", c.SubnetPrefix), "")
+		}
+		if !free6 {
+			// A dual-stack ADD needs an address of each family.
+			return types.NewError(errPluginNotAvailable, fmt.Sprintf("subnet6 %s is full", c.Subnet6Prefix), "")
 		}
 		return nil
 	})

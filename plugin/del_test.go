@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"bytes"
+	"fmt"
 	"net/netip"
 	"os"
 	"slices"
@@ -301,6 +302,17 @@ func TestPluginStatus(t *testing.T) {
 		h := newHarness(t, map[string]any{"subnet": "10.244.3.0/30"})
 		h.mustAdd(att("a"), nil)
 		wantCode(t, status(h, nil), errPluginNotAvailable, "10.244.3.0/30", "full")
+	})
+	t.Run("subnet6 full", func(t *testing.T) {
+		// A /120 has 254 usable IPv6 addresses, a /22 over a thousand
+		// IPv4 ones: IPv6 runs out first.
+		h := newHarness(t, map[string]any{"subnet": "10.244.0.0/22", "subnet6": "fd00::/120"})
+		for i := range 254 {
+			h.mustAdd(att(fmt.Sprintf("p%d", i)), nil)
+		}
+		wantCode(t, status(h, nil), errPluginNotAvailable, "subnet6 fd00::/120", "full")
+		_, err := h.add(att("one-too-many"), nil)
+		wantCode(t, err, types.ErrTryAgainLater, "subnet6 fd00::/120 is full")
 	})
 	t.Run("rest excluded", func(t *testing.T) {
 		h := newHarness(t, map[string]any{"subnet": "10.244.3.0/29", "excludeRange": "10.244.3.3-10.244.3.6"})

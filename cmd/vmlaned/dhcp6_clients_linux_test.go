@@ -188,18 +188,7 @@ func TestDHCPv6Clients(t *testing.T) {
 // T1 (half the one-minute lease), as it has no "renew now".
 func (c *client) waitEvent6(t *testing.T, reason string, after int) event {
 	t.Helper()
-	deadline := time.Now().Add(45 * time.Second)
-	for {
-		for _, ev := range c.events() {
-			if ev.n > after && ev.reason == reason {
-				return ev
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: no %q from the script; it saw %v", c.kind.name, reason, c.reasons(after))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return c.waitEventFor(t, reason, after, 45*time.Second)
 }
 
 func (c *client) checkOptions6(t *testing.T, ev event, want map[string]string) {

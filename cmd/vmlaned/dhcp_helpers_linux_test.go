@@ -330,7 +330,13 @@ func (c *client) last() int {
 // waitEvent waits for a script call with reason numbered after after.
 func (c *client) waitEvent(t *testing.T, reason string, after int) event {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	return c.waitEventFor(t, reason, after, 20*time.Second)
+}
+
+// waitEventFor is waitEvent for up to d.
+func (c *client) waitEventFor(t *testing.T, reason string, after int, d time.Duration) event {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for {
 		for _, ev := range c.events() {
 			if ev.n > after && ev.reason == reason {

@@ -64,9 +64,11 @@ func sum16(acc uint32, b []byte) uint16 {
 	return uint16(acc)
 }
 
-// udpChecksum is the UDP checksum over the IPv4 pseudo-header and seg
-// (whose checksum field must be zero). A computed zero is sent as all ones
-// (RFC 768): zero means "no checksum".
+// udpChecksum is the UDP checksum over the pseudo-header of src and dst
+// (IPv4 or IPv6 addresses: the one's-complement sum of either
+// pseudo-header is the addresses', the protocol's and the length's) and
+// seg, whose checksum field must be zero. A computed zero is sent as all
+// ones (RFC 768; in IPv6 a checksum is mandatory, RFC 8200 §8.1).
 func udpChecksum(src, dst, seg []byte) uint16 {
 	var acc uint32
 	acc += uint32(sum16(0, src)) + uint32(sum16(0, dst))

@@ -54,22 +54,10 @@ func clientFrame6(mac net.HardwareAddr, payload []byte) []byte {
 	binary.BigEndian.PutUint16(udp[2:4], server6)
 	binary.BigEndian.PutUint16(udp[4:6], uint16(udpLen+len(payload)))
 	copy(udp[udpLen:], payload)
-	binary.BigEndian.PutUint16(udp[6:8], udpChecksum6(ip[8:24], ip[24:40], udp))
+	binary.BigEndian.PutUint16(udp[6:8], udpChecksum(ip[8:24], ip[24:40], udp))
 	return b
 }
 
-// udpChecksum6 is the UDP checksum over the IPv6 pseudo-header (RFC 8200
-// §8.1) and seg, whose checksum field must be zero; mandatory in IPv6.
-func udpChecksum6(src, dst, seg []byte) uint16 {
-	var acc uint32
-	acc += uint32(sum16(0, src)) + uint32(sum16(0, dst))
-	acc += protoUDP + uint32(len(seg))
-	c := ^sum16(acc+uint32(sum16(0, seg)), nil)
-	if c == 0 {
-		return 0xffff
-	}
-	return c
-}
 
 // serverPayload6 returns the UDP payload of an IPv6 frame to the DHCPv6
 // client port, or false for anything else; it checks every length before
