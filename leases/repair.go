@@ -21,7 +21,7 @@ func Salvage(data []byte) (ls []Lease, header File) {
 			if head, ok := bytes.CutSuffix(line, []byte(`"leases":[`)); ok {
 				var f File
 				if json.Unmarshal(append(bytes.Clone(head), `"leases":[]}`...), &f) == nil {
-					header = File{Version: f.Version, Node: f.Node, Subnet: f.Subnet, Gateway: f.Gateway}
+					header = File{Version: f.Version, Node: f.Node, Subnet: f.Subnet, Gateway: f.Gateway, Subnet6: f.Subnet6, Gateway6: f.Gateway6}
 				}
 			}
 			continue
@@ -54,6 +54,9 @@ func (s *Store) Replace(f *File, keep string) error {
 	}
 	defer lk.unlock()
 	f.Version, f.Subnet, f.Gateway = Version, s.subnet, s.gateway
+	if s.subnet6.IsValid() {
+		f.Subnet6, f.Gateway6 = s.subnet6, s.gateway6
+	}
 	if s.node != "" {
 		f.Node = s.node
 	}

@@ -50,8 +50,11 @@ type cacheEntry struct {
 	antiSpoof   bool
 	subnet      netip.Prefix
 	gateway     netip.Addr
+	subnet6     netip.Prefix // zero on an IPv4-only network
+	gateway6    netip.Addr
 	leaseFile   string
 	ip          netip.Addr
+	ip6         netip.Addr // the result's IPv6 address, on a dual-stack network
 	mac         string
 	networkName string
 }
@@ -145,6 +148,8 @@ func parseCacheEntry(data []byte) (e cacheEntry, ok bool, err error) {
 		antiSpoof:   c.Guard,
 		subnet:      c.SubnetPrefix,
 		gateway:     c.GatewayAddr,
+		subnet6:     c.Subnet6Prefix,
+		gateway6:    c.Gateway6Addr,
 		leaseFile:   c.LeaseFile,
 		networkName: ci.NetworkName,
 	}
@@ -166,6 +171,11 @@ func parseCacheEntry(data []byte) (e cacheEntry, ok bool, err error) {
 		return e, true, fmt.Errorf("the cached result's address %q: %v", ci.Result.IPs[0].Address, err)
 	}
 	e.ip = p.Addr()
+	for _, a := range ci.Result.IPs[1:] {
+		if p, err := netip.ParsePrefix(a.Address); err == nil && p.Addr().Is6() && c.DualStack() {
+			e.ip6 = p.Addr()
+		}
+	}
 	// The lease's MAC: a VM's is its TAP's entry (the guest NIC's), a
 	// plain pod's its interface's.
 	want := ci.IfName
@@ -203,21 +213,31 @@ type repairPlan struct {
 	notes []string
 }
 
-// planRepair decides the rebuilt file of leaseFile (subnet) from the
-// cache, the node and what was salvaged of the damaged file.
-func planRepair(leaseFile string, subnet netip.Prefix, cache []cacheEntry, node nodeState, salvaged []leases.Lease, now time.Time) repairPlan {
+// planRepair decides the rebuilt file of leaseFile (subnet, and subnet6 on
+// a dual-stack node, zero otherwise) from the cache, the node and what was
+// salvaged of the damaged file.
+func planRepair(leaseFile string, subnet, subnet6 netip.Prefix, cache []cacheEntry, node nodeState, salvaged []leases.Lease, now time.Time) repairPlan {
 	plan := repairPlan{restored: map[netip.Addr]string{}}
 	ips, macs := map[netip.Addr]bool{}, map[string]bool{}
 	add := func(l leases.Lease, from string) bool {
+		if l.IP6.IsValid() && !subnet6.Contains(l.IP6) {
+			plan.notes = append(plan.notes, fmt.Sprintf("%s (%s): IPv6 %s dropped: it is outside the node's IPv6 subnet %v", describe(l), from, l.IP6, subnet6))
+			l.IP6, l.State6, l.Expires6 = netip.Addr{}, "", time.Time{}
+		}
 		switch {
 		case !subnet.Contains(l.IP):
 			plan.notes = append(plan.notes, fmt.Sprintf("not restored: %s (%s): %s is outside subnet %s", describe(l), from, l.IP, subnet))
 		case ips[l.IP]:
 			plan.notes = append(plan.notes, fmt.Sprintf("not restored: %s (%s): %s is already restored for another", describe(l), from, l.IP))
+		case l.IP6.IsValid() && ips[l.IP6]:
+			plan.notes = append(plan.notes, fmt.Sprintf("not restored: %s (%s): %s is already restored for another", describe(l), from, l.IP6))
 		case l.MAC != "" && macs[l.MAC]:
 			plan.notes = append(plan.notes, fmt.Sprintf("not restored: %s (%s): MAC %s is already restored for another", describe(l), from, l.MAC))
 		default:
 			ips[l.IP], macs[l.MAC] = true, true
+			if l.IP6.IsValid() {
+				ips[l.IP6] = true
+			}
 			plan.leases = append(plan.leases, l)
 			plan.restored[l.IP] = from
 			return true
@@ -242,7 +262,7 @@ func planRepair(leaseFile string, subnet netip.Prefix, cache []cacheEntry, node 
 			continue
 		}
 		l := leases.Lease{
-			MAC: e.mac, IP: e.ip, State: leases.StateReserved, Source: leases.SourceCNI,
+			MAC: e.mac, IP: e.ip, IP6: e.ip6, State: leases.StateReserved, Source: leases.SourceCNI,
 			ContainerID: e.key.ContainerID, IfName: e.key.IfName, NetNS: e.netns, VM: e.vm,
 			Pod: e.pod, Hostname: e.pod.Name, Created: now,
 		}
@@ -252,12 +272,19 @@ func planRepair(leaseFile string, subnet netip.Prefix, cache []cacheEntry, node 
 				plan.notes = append(plan.notes, fmt.Sprintf("attachment %s: the CNI cache says %s %s, anti-spoofing lets port %s use %s %s; restored the latter (what the kernel enforces)", e.key, l.MAC, l.IP, port, g.MAC, g.IP))
 				l.MAC, l.IP = g.MAC.String(), g.IP
 			}
+			if g.IP6.IsValid() && g.IP6 != l.IP6 {
+				plan.notes = append(plan.notes, fmt.Sprintf("attachment %s: the CNI cache says IPv6 %v, anti-spoofing lets port %s use %s; restored the latter", e.key, l.IP6, port, g.IP6))
+				l.IP6 = g.IP6
+			}
 		} else if e.antiSpoof {
 			l.BridgePort = port // vmlaned puts the port back in the table
 		}
 		// The damaged file's binding of the same lease is kept.
 		if old, ok := byKey[e.key]; ok && old.IP == l.IP && old.MAC == l.MAC && old.State == leases.StateBound && !old.Expired(now) {
 			l.State, l.Expires, l.Hostname, l.Created = old.State, old.Expires, old.Hostname, old.Created
+		}
+		if old, ok := byKey[e.key]; ok && old.IP6 == l.IP6 && l.IP6.IsValid() && old.State6 == leases.StateBound && now.Before(old.Expires6) {
+			l.State6, l.Expires6 = old.State6, old.Expires6
 		}
 		if add(l, "CNI cache, port "+port) {
 			done[e.key] = true
@@ -288,6 +315,9 @@ func planRepair(leaseFile string, subnet netip.Prefix, cache []cacheEntry, node 
 	// nothing says by which attachment.
 	for _, port := range sortedKeys(node.guarded) {
 		g := node.guarded[port]
+		if node.ports[port] && g.IP6.IsValid() && !ips[g.IP6] && ips[g.IP] {
+			plan.notes = append(plan.notes, fmt.Sprintf("WARNING: port %s uses IPv6 %s, which no restored lease holds: allocation may give it to another", port, g.IP6))
+		}
 		if node.ports[port] && !ips[g.IP] {
 			plan.notes = append(plan.notes, fmt.Sprintf("WARNING: port %s uses %s %s, and neither the CNI cache nor the damaged file names its attachment: the address is NOT held; delete that pod, or allocation may give its address to another", port, g.MAC, g.IP))
 		}
@@ -380,6 +410,26 @@ func subnetOf(flagSubnet string, leaseFile string, cache []cacheEntry, header le
 	return netip.Prefix{}, netip.Addr{}, errors.New("no subnet: neither the CNI cache nor the damaged file names one; give the node's pod CIDR with --subnet")
 }
 
+// subnet6Of picks the IPv6 subnet and gateway of the rebuilt file, on a
+// dual-stack node: the networks of the cache on this lease file and
+// subnet, else the damaged file's header; zero when neither has one (an
+// IPv4-only node).
+func subnet6Of(leaseFile string, subnet netip.Prefix, cache []cacheEntry, header leases.File) (netip.Prefix, netip.Addr) {
+	for _, e := range cache {
+		if e.leaseFile == leaseFile && e.subnet == subnet && e.subnet6.IsValid() {
+			return e.subnet6, e.gateway6
+		}
+	}
+	if header.Subnet6.IsValid() {
+		gw := header.Gateway6
+		if !gw.IsValid() {
+			gw = header.Subnet6.Addr().Next()
+		}
+		return header.Subnet6, gw
+	}
+	return netip.Prefix{}, netip.Addr{}
+}
+
 // leasesRepair is `vmlanectl leases repair`.
 func (c *cli) leasesRepair(o *leasesOpts) error {
 	data, err := os.ReadFile(o.file)
@@ -403,18 +453,23 @@ func (c *cli) leasesRepair(o *leasesOpts) error {
 	if err != nil {
 		return err
 	}
+	subnet6, gw6 := subnet6Of(o.file, subnet, cache, header)
 	node, err := readNode(o.bridge)
 	if err != nil {
 		return err
 	}
 	now := time.Now().UTC().Truncate(time.Second)
-	plan := planRepair(o.file, subnet, cache, node, salvaged, now)
+	plan := planRepair(o.file, subnet, subnet6, cache, node, salvaged, now)
 	printPlan(c.stdout, plan)
 	if o.dryRun {
 		fmt.Fprintf(c.stdout, "dry run: %s not written (%d leases in subnet %s)\n", o.file, len(plan.leases), subnet)
 		return nil
 	}
-	store, err := leases.Open(o.file, subnet, gw, leases.WithNode(header.Node))
+	opts := []leases.Option{leases.WithNode(header.Node)}
+	if subnet6.IsValid() {
+		opts = append(opts, leases.WithSubnet6(subnet6, gw6))
+	}
+	store, err := leases.Open(o.file, subnet, gw, opts...)
 	if err != nil {
 		return fmt.Errorf("lease file %s, subnet %s, gateway %s: %w", o.file, subnet, gw, err)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/netip"
 	"strings"
@@ -103,7 +104,7 @@ func TestPlanRepair(t *testing.T) {
 		{MAC: "52:54:00:00:00:03", IP: netip.MustParseAddr("10.244.3.2"), State: leases.StateBound, Source: leases.SourceDHCP, Expires: now.Add(time.Hour)},
 		{MAC: "52:54:00:00:00:04", IP: netip.MustParseAddr("10.244.3.210"), State: "quarantined", Source: leases.SourceDHCP},
 	}
-	plan := planRepair(repairFile, repairSubnet, cache, node, salvaged, now)
+	plan := planRepair(repairFile, repairSubnet, netip.Prefix{}, cache, node, salvaged, now)
 	var got []string
 	for _, l := range plan.leases {
 		got = append(got, strings.Join([]string{l.IP.String(), l.MAC, string(l.State), l.Key().String(), l.BridgePort, l.Hostname}, " "))
@@ -159,6 +160,56 @@ func TestSubnetOf(t *testing.T) {
 		}
 		if !strings.Contains(got, c.want) {
 			t.Errorf("subnetOf(%q, %d entries) = %q, want %q", c.flag, len(c.cache), got, c.want)
+		}
+	}
+}
+
+// TestPlanRepairDualStack: a dual-stack node's rebuilt file keeps each
+// attachment's IPv6 address (from the CNI result, or the anti-spoofing
+// table where they differ) and its DHCPv6 binding, refuses an IPv6 address
+// restored twice, and drops one outside the node's IPv6 subnet.
+func TestPlanRepairDualStack(t *testing.T) {
+	now := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	subnet6 := netip.MustParsePrefix("fd00:10:244:3::/64")
+	a6 := func(s string) netip.Addr { return netip.MustParseAddr(s) }
+	entry := func(cid, ip, ip6, mac string) cacheEntry {
+		return cacheEntry{key: leases.Key{ContainerID: cid, IfName: "eth0"}, leaseFile: repairFile, subnet: repairSubnet, subnet6: subnet6,
+			ip: netip.MustParseAddr(ip), ip6: a6(ip6), mac: mac, antiSpoof: true}
+	}
+	port := func(cid string) string { return plugin.HostVethName(leases.Key{ContainerID: cid, IfName: "eth0"}) }
+	m, _ := net.ParseMAC("02:76:0a:f4:03:03")
+	cache := []cacheEntry{
+		entry("a", "10.244.3.2", "fd00:10:244:3::2", "02:76:0a:f4:03:02"),
+		entry("b", "10.244.3.3", "fd00:10:244:3::3", "02:76:0a:f4:03:03"),
+		entry("c", "10.244.3.4", "fd00:10:244:3::2", "02:76:0a:f4:03:04"), // a's ip6 again
+	}
+	node := nodeState{
+		ports:   map[string]bool{port("a"): true, port("b"): true, port("c"): true, port("d"): true},
+		guarded: map[string]antispoof.Port{port("b"): {Name: port("b"), MAC: m, IP: a6("10.244.3.3"), IP6: a6("fd00:10:244:3::33")}},
+	}
+	salvaged := []leases.Lease{
+		{MAC: "02:76:0a:f4:03:02", IP: a6("10.244.3.2"), IP6: a6("fd00:10:244:3::2"), State: leases.StateReserved, Source: leases.SourceCNI,
+			ContainerID: "a", IfName: "eth0", State6: leases.StateBound, Expires6: now.Add(time.Hour)},
+		{MAC: "02:76:0a:f4:03:05", IP: a6("10.244.3.5"), IP6: a6("fd00:99::5"), State: leases.StateReserved, Source: leases.SourceCNI,
+			ContainerID: "d", IfName: "eth0"},
+	}
+	plan := planRepair(repairFile, repairSubnet, subnet6, cache, node, salvaged, now)
+	var got []string
+	for _, l := range plan.leases {
+		got = append(got, fmt.Sprintf("%s %v %s", l.IP, l.IP6, l.State6))
+	}
+	want := []string{
+		"10.244.3.2 fd00:10:244:3::2 bound", // the file's DHCPv6 binding kept
+		"10.244.3.3 fd00:10:244:3::33 ",     // the table wins
+		"10.244.3.5 invalid IP ",            // outside subnet6: dropped, the lease kept
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("restored:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	notes := strings.Join(plan.notes, "\n")
+	for _, w := range []string{"fd00:10:244:3::2 is already restored", "IPv6 fd00:99::5 dropped", "anti-spoofing lets port " + port("b") + " use fd00:10:244:3::33"} {
+		if !strings.Contains(notes, w) {
+			t.Errorf("notes lack %q:\n%s", w, notes)
 		}
 	}
 }

@@ -58,7 +58,6 @@ func clientFrame6(mac net.HardwareAddr, payload []byte) []byte {
 	return b
 }
 
-
 // serverPayload6 returns the UDP payload of an IPv6 frame to the DHCPv6
 // client port, or false for anything else; it checks every length before
 // it slices, as it reads frames off the wire.
