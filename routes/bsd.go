@@ -184,9 +184,11 @@ func routeCmd(verb string, dst netip.Prefix, via netip.Addr) []string {
 	return append(argv, "-net", dst.String(), via.String())
 }
 
-// routeFailed tells a failed route(8) call from a successful one. route(8)
-// exits non-zero on failure, and says why on its output; both are read,
-// the output for the reasons callers branch on.
+// routeFailed tells a failed route(8) call from a successful one. Apple's
+// route(8) exits 0 whether the routing socket took the message or not; a
+// failure shows only on its output ("route: writing to routing socket:
+// File exists", and the verb's line ending in the reason). A failed exec
+// (err) fails too.
 func routeFailed(out string, err error) bool {
 	return err != nil || strings.Contains(out, "writing to routing socket") ||
 		strings.Contains(out, "File exists") || strings.Contains(out, "not in table")
@@ -297,7 +299,7 @@ func (t *bsdTable) get(ip netip.Addr) (netip.Addr, error) {
 		argv = append(argv, "-inet6")
 	}
 	out, err := t.k.Run("", append(argv, ip.String())...)
-	if err != nil {
+	if routeFailed(out, err) {
 		if strings.Contains(out, "not in table") {
 			// No route at all (no default route): as ENETUNREACH from
 			// netlink on Linux, for Reconcile to count it unreachable.

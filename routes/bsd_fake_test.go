@@ -9,6 +9,11 @@ import (
 
 // fakeBSD is a recording bsdKernel that behaves like macOS's route(8) for
 // the commands vmlane runs, and prints its table as `netstat -rn` does.
+// Like Apple's route(8) (network_cmds, route.c), it exits 0 whatever
+// happens: a failure is only the "route: writing to routing socket: …"
+// line, and for add, change and delete the verb's line ending in the
+// reason, on its output. Its status was never a failure signal on a Mac,
+// which an earlier fake that exited 1 hid.
 // connected are the on-link networks (next hops in
 // them are directly reachable); routes are the table's gateway routes.
 type fakeBSD struct {
@@ -48,7 +53,7 @@ func (f *fakeBSD) Run(stdin string, argv ...string) (string, error) {
 	call := strings.Join(argv, " ")
 	f.calls = append(f.calls, call)
 	fail := func(msg string) (string, error) {
-		return msg + "\n", fmt.Errorf("exit status 1")
+		return msg + "\n", nil // exit status 0, as route(8)
 	}
 	if f.failOn != "" && strings.HasPrefix(call, f.failOn) {
 		return fail("route: writing to routing socket: Network is unreachable")
@@ -108,7 +113,8 @@ func (f *fakeBSD) get(ip netip.Addr) (string, error) {
 		consider(r)
 	}
 	if !found {
-		return "route: writing to routing socket: not in table\n", fmt.Errorf("exit status 1")
+		// route(8) exits 0 here too.
+		return "route: writing to routing socket: not in table\n", nil
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "   route to: %s\ndestination: %s\n", ip, netstatDst(best.Dst))
