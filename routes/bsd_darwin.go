@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"syscall"
+	"time"
 
 	"golang.org/x/net/route"
 	"golang.org/x/sys/unix"
@@ -35,13 +36,17 @@ const skipFlags = unix.RTF_LLINFO | unix.RTF_WASCLONED | unix.RTF_IFSCOPE
 
 // Dump reads the table with the NET_RT_DUMP sysctl: one system call
 // for the whole table, where netstat -rn would be a process and a text
-// format to parse.
+// format to parse. A table that keeps growing while it is read (ENOMEM)
+// is asked for again (fetchRetry), and a parser panic is an error
+// (safeParse): either costs one reconcile, never the daemon.
 func (darwinKernel) Dump() ([]KernelRoute, error) {
-	rib, err := route.FetchRIB(syscall.AF_UNSPEC, route.RIBTypeRoute, 0)
+	rib, err := fetchRetry(func() ([]byte, error) {
+		return route.FetchRIB(syscall.AF_UNSPEC, route.RIBTypeRoute, 0)
+	}, time.Sleep)
 	if err != nil {
 		return nil, err
 	}
-	msgs, err := route.ParseRIB(route.RIBTypeRoute, rib)
+	msgs, err := safeParse(func() ([]route.Message, error) { return route.ParseRIB(route.RIBTypeRoute, rib) })
 	if err != nil {
 		return nil, err
 	}
@@ -138,8 +143,11 @@ func WatchDeletes(_ int, done <-chan struct{}, fn func()) error {
 				}
 				return
 			}
-			msgs, err := route.ParseRIB(route.RIBTypeRoute, buf[:n])
+			msgs, err := safeParse(func() ([]route.Message, error) { return route.ParseRIB(route.RIBTypeRoute, buf[:n]) })
 			if err != nil {
+				// A message the parser cannot read (or panics on) may
+				// be a delete of vmlane's: reconcile once to be sure.
+				fn()
 				continue
 			}
 			for _, m := range msgs {
