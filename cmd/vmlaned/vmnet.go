@@ -1,0 +1,206 @@
+//go:build linux || darwin
+
+package main
+
+// The vmnet configuration of a macOS node, apart from the darwin-only
+// files so that its logic is tested on every system: pf's plist and
+// network file code is plain Go.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vmlane/vmlane/leases"
+	"github.com/vmlane/vmlane/pf"
+)
+
+// vmnet is the node's vmnet configuration and the watch on its bridge.
+type vmnet struct {
+	c    *config
+	mode pf.VmnetMode
+	log  *slog.Logger
+	m    *vmnetMetrics
+	// statePath is vmnet's state file (pf.DefaultVmnetStatePath) and
+	// ifaces lists the Mac's interfaces (interfaces); tests set both.
+	statePath string
+	ifaces    func() []pf.Iface
+}
+
+// configure tells vmnet the subnet: its plist, and on macOS 26 and later
+// the network description for VM runtimes as well. The plist keys were
+// reported to work still on 26.4, and no runtime reads the description yet
+// (the README's macOS section), so 26 gets both while that is
+// unsettled.
+func (v *vmnet) configure(subnet netip.Prefix) error {
+	if v.mode == pf.ModeNetworkAPI {
+		if err := v.writeNetworkFile(subnet); err != nil {
+			return err
+		}
+	}
+	_, err := v.applyPlist(subnet)
+	return err
+}
+
+// applyPlist writes the subnet into vmnet's plist when the plist says
+// otherwise, and reports whether it wrote.
+func (v *vmnet) applyPlist(subnet netip.Prefix) (bool, error) {
+	changed, err := pf.ApplyPlist(v.c.VmnetPlist, v.state(), subnet)
+	if err != nil {
+		return false, err
+	}
+	if changed {
+		v.m.writes.WithLabelValues("plist").Inc()
+		v.log.Info("wrote vmnet's plist; vmnet moves its shared network there when it next starts it (when no VM uses it any more)",
+			"plist", v.c.VmnetPlist, "subnet", subnet)
+	}
+	return changed, nil
+}
+
+func (v *vmnet) state() string {
+	if v.statePath != "" {
+		return v.statePath
+	}
+	return pf.DefaultVmnetStatePath
+}
+
+// writeNetworkFile writes the network description with the DHCP
+// reservations of vmlane's lease file (--lease-file), if a VM runtime
+// keeps one on this Mac: every live lease with a MAC.
+func (v *vmnet) writeNetworkFile(subnet netip.Prefix) error {
+	var res []pf.Reservation
+	snap, err := leases.Read(v.c.LeaseFile)
+	switch {
+	case err == nil:
+		for _, l := range snap.Compat() {
+			if ip, err := netip.ParseAddr(l.IP); err == nil {
+				res = append(res, pf.Reservation{MAC: l.MAC, IP: ip})
+			}
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		v.log.Warn("lease file unreadable; the network description has no reservations", "err", err)
+	}
+	n, problems, err := pf.NewNetwork(subnet, v.c.MTU, &pf.DNS{Nameservers: v.c.DNS, Search: v.c.Search, Domain: v.c.Domain}, res)
+	if err != nil {
+		return err
+	}
+	for _, p := range problems {
+		v.log.Warn("lease left out of the network description", "problem", p)
+	}
+	wrote, err := pf.WriteNetworkFile(v.c.VmnetNetworkFile, v.state(), n)
+	if err != nil {
+		return err
+	}
+	if wrote {
+		v.m.writes.WithLabelValues("network-file").Inc()
+		v.log.Info("wrote the vmnet network description for VM runtimes", "file", v.c.VmnetNetworkFile, "subnet", subnet, "reservations", len(n.Reservations))
+	}
+	return nil
+}
+
+// watch checks vmnet's bridge against podCIDR (and, on macOS 26, keeps the
+// network description's reservations current) every resync period until
+// ctx ends, and calls report with each finding, changed true when it
+// differs from the one before (the first always does). On a mismatch it
+// writes the podCIDR into vmnet's plist again: vmnet rewrites
+// Shared_Net_Address itself when its subnet is taken, so the plist written
+// at start may say something else by now.
+func (v *vmnet) watch(ctx context.Context, podCIDR netip.Prefix, report func(st pf.BridgeStatus, msg string, changed bool)) {
+	tick := time.NewTicker(v.c.Resync)
+	defer tick.Stop()
+	last := "\x00" // no finding yet
+	for {
+		if v.mode == pf.ModeNetworkAPI {
+			if err := v.writeNetworkFile(podCIDR); err != nil {
+				v.log.Error("updating the network description", "err", err)
+			}
+		}
+		ifaces := v.ifaces
+		if ifaces == nil {
+			ifaces = func() []pf.Iface { return interfaces(v.log) }
+		}
+		st := pf.CheckBridge(ifaces(), podCIDR)
+		v.m.set(st)
+		if st.State == pf.BridgeMismatch {
+			if _, err := v.applyPlist(podCIDR); err != nil {
+				v.log.Error("writing the podCIDR into vmnet's plist again", "err", err)
+			}
+		}
+		msg := st.Message(podCIDR)
+		key := fmt.Sprint(st.State, st.Bridges)
+		changed := key != last
+		if changed {
+			last = key
+			if st.State == pf.BridgeMismatch {
+				v.log.Warn(msg)
+			} else {
+				v.log.Info(msg)
+			}
+		}
+		if report != nil {
+			report(st, msg, changed)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func interfaces(log *slog.Logger) []pf.Iface {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		log.Error("listing interfaces", "err", err)
+		return nil
+	}
+	out := make([]pf.Iface, 0, len(ifs))
+	for _, ifc := range ifs {
+		pi := pf.Iface{Name: ifc.Name}
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(n.IP); ok {
+					ones, _ := n.Mask.Size()
+					pi.Addrs = append(pi.Addrs, netip.PrefixFrom(ip.Unmap(), ones))
+				}
+			}
+		}
+		out = append(out, pi)
+	}
+	return out
+}
+
+// vmnetMetrics are the macOS node's vmnet metrics.
+type vmnetMetrics struct {
+	mismatch, up prometheus.Gauge
+	writes       *prometheus.CounterVec
+}
+
+func newVmnetMetrics(reg prometheus.Registerer) *vmnetMetrics {
+	m := &vmnetMetrics{
+		mismatch: prometheus.NewGauge(prometheus.GaugeOpts{Name: "vmlane_vmnet_subnet_mismatch", Help: "1 while vmnet's shared network is up on a subnet other than the node's podCIDR."}),
+		up:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "vmlane_vmnet_bridge_up", Help: "1 while a vmnet bridge has an IPv4 address."}),
+		writes:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vmlane_vmnet_config_writes_total", Help: "Writes of vmnet's configuration, by file (plist, network-file)."}, []string{"file"}),
+	}
+	reg.MustRegister(m.mismatch, m.up, m.writes)
+	return m
+}
+
+func (m *vmnetMetrics) set(st pf.BridgeStatus) {
+	b := func(v bool) float64 {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	m.mismatch.Set(b(st.State == pf.BridgeMismatch))
+	m.up.Set(b(st.State != pf.BridgeDown))
+}

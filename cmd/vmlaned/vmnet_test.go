@@ -1,0 +1,117 @@
+//go:build linux || darwin
+
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vmlane/vmlane/pf"
+)
+
+// testVmnet is a vmnet whose files are in a temporary folder and whose
+// interfaces are ifaces.
+func testVmnet(t *testing.T, mode pf.VmnetMode, ifaces []pf.Iface) (*vmnet, *prometheus.Registry) {
+	t.Helper()
+	dir := t.TempDir()
+	c := &config{
+		VmnetPlist: filepath.Join(dir, "com.apple.vmnet.plist"), VmnetNetworkFile: filepath.Join(dir, "vmnet-network.json"),
+		LeaseFile: filepath.Join(dir, "leases.json"), Resync: time.Hour, MTU: 1500,
+	}
+	reg := prometheus.NewRegistry()
+	v := &vmnet{c: c, mode: mode, log: slog.New(slog.NewTextHandler(io.Discard, nil)), m: newVmnetMetrics(reg),
+		statePath: filepath.Join(dir, "vmnet-state.json"), ifaces: func() []pf.Iface { return ifaces }}
+	return v, reg
+}
+
+func sharedNet(t *testing.T, path string) pf.SharedNet {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn, err := pf.ReadSharedNet(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sn
+}
+
+// TestVmnetReappliesPlistOnMismatch: vmnet rewrote Shared_Net_Address (its
+// subnet was taken) after vmlaned wrote the plist at start; the watch's
+// next check finds the bridge on another subnet and writes the podCIDR
+// into the plist again, counted in vmlane_vmnet_config_writes_total.
+func TestVmnetReappliesPlistOnMismatch(t *testing.T) {
+	pod := netip.MustParsePrefix("10.244.9.0/24")
+	v, reg := testVmnet(t, pf.ModePlist, []pf.Iface{{Name: "bridge100", Addrs: []netip.Prefix{netip.MustParsePrefix("192.168.64.1/24")}}})
+	if err := v.configure(pod); err != nil {
+		t.Fatal(err)
+	}
+	// vmnet moves its network and says so in its plist.
+	data, _ := os.ReadFile(v.c.VmnetPlist)
+	moved, _, err := pf.EditPlist(data, pf.SharedNet{Address: "192.168.64.1", Mask: "255.255.255.0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(v.c.VmnetPlist, moved, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var seen pf.BridgeState
+	v.watch(ctx, pod, func(st pf.BridgeStatus, _ string, _ bool) { seen = st.State; cancel() })
+	if seen != pf.BridgeMismatch {
+		t.Fatalf("the watch saw %v, want a mismatch", seen)
+	}
+	if got := sharedNet(t, v.c.VmnetPlist); got.Address != "10.244.9.1" || got.Mask != "255.255.255.0" {
+		t.Errorf("plist after the mismatch says %+v, want the podCIDR again", got)
+	}
+	if n := plistWrites(t, reg); n != 2 {
+		t.Errorf("plist writes = %v, want 2 (start, and the mismatch)", n)
+	}
+}
+
+// TestVmnetConfigureOn26WritesBoth: on macOS 26 (ModeNetworkAPI) the plist
+// is written as well as the network description.
+func TestVmnetConfigureOn26WritesBoth(t *testing.T) {
+	pod := netip.MustParsePrefix("10.244.9.0/24")
+	v, _ := testVmnet(t, pf.ModeNetworkAPI, nil)
+	if err := v.configure(pod); err != nil {
+		t.Fatal(err)
+	}
+	if got := sharedNet(t, v.c.VmnetPlist); got.Address != "10.244.9.1" {
+		t.Errorf("plist says %+v, want the podCIDR's gateway", got)
+	}
+	if _, err := os.Stat(v.c.VmnetNetworkFile); err != nil {
+		t.Errorf("no network description: %v", err)
+	}
+}
+
+// plistWrites is vmlane_vmnet_config_writes_total{file="plist"}.
+func plistWrites(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "vmlane_vmnet_config_writes_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "file" && l.GetValue() == "plist" {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
