@@ -132,8 +132,12 @@ func (t *bsdTable) saveClaims() error {
 	return atomicfile.WriteFile(t.path, append(data, '\n'), 0o644)
 }
 
-// List dumps the kernel's table and marks the routes vmlane claims (a
-// gateway route to a destination in the state file) with t.proto.
+// List dumps the kernel's table and marks the routes vmlane claims with
+// t.proto: a route to a destination in the state file via the gateway the
+// state file gives it. A route to a claimed destination via another
+// gateway is someone else's (after a reboot the state file outlives the
+// routes, and another agent may have installed the same destination
+// first): it is left alone, and the claim is dropped.
 func (t *bsdTable) List() ([]KernelRoute, error) {
 	rs, err := t.k.Dump()
 	if err != nil {
@@ -145,7 +149,7 @@ func (t *bsdTable) List() ([]KernelRoute, error) {
 	present := map[netip.Prefix]bool{}
 	for _, r := range rs {
 		r.Proto = 0
-		if _, ok := t.claims[r.Dst]; ok && r.Via.IsValid() {
+		if via, ok := t.claims[r.Dst]; ok && r.Via.IsValid() && r.Via == via {
 			r.Proto = t.proto
 			present[r.Dst] = true
 		}

@@ -208,3 +208,34 @@ func TestDarwinNoRouteToNextHop(t *testing.T) {
 		t.Errorf("calls (-want +got):\n%s", diff)
 	}
 }
+
+// TestDarwinClaimNeedsItsGateway: after a reboot the state file still
+// claims 10.244.1.0/24 via node-b, but the kernel's route to it is another
+// agent's, via another gateway. vmlane does not adopt it: the route is
+// reported foreign and never changed or deleted, the stale claim goes,
+// and teardown leaves it.
+func TestDarwinClaimNeedsItsGateway(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "routes.json")
+	if err := os.WriteFile(state, []byte(`{"version":1,"routes":[{"dst":"10.244.1.0/24","via":"192.168.1.12"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	k := newFakeBSD()
+	k.add("10.244.1.0/24", "192.168.1.99") // someone else's, installed first
+	table, err := newBSDTable(k, state, DefaultProtocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := Reconcile(table, []Route{rt("10.244.1.0/24", "192.168.1.12", "node-b")}, DefaultProtocol)
+	if err != nil || len(out.Foreign) != 1 || len(out.Installed) != 0 {
+		t.Fatalf("Reconcile = %+v, %v; want the route reported foreign, nothing installed", out, err)
+	}
+	if got := k.routes[netip.MustParsePrefix("10.244.1.0/24")].Via.String(); got != "192.168.1.99" {
+		t.Errorf("the other agent's route now goes via %s", got)
+	}
+	if _, ok := table.claims[netip.MustParsePrefix("10.244.1.0/24")]; ok || strings.Contains(stateFile(t, state), "10.244.1.0") {
+		t.Error("the stale claim on another agent's route stayed")
+	}
+	if removed, err := Teardown(table, nil, DefaultProtocol); err != nil || len(removed) != 0 {
+		t.Errorf("Teardown removed %v (%v); want nothing", removed, err)
+	}
+}
