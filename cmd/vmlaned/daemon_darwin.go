@@ -35,6 +35,9 @@ type darwinNode struct {
 	c   *config
 	log *slog.Logger
 	v   *vmnet
+	// hook is what the route controller's full passes found of pf's
+	// main ruleset (nil until the controller is made).
+	hook *hookStatus
 }
 
 func newPlatform(c *config, log *slog.Logger) (platform, func(), error) {
@@ -84,23 +87,40 @@ func (d *darwinNode) controller(_ context.Context, client kubernetes.Interface, 
 	} else if fresh {
 		d.log.Info("pf enabled with a reference of vmlane's", "token", p.Token())
 	}
-	nat := pfBackend{pf: p, sysctl: sysctl.Command{Run: command.Exec{}}}
+	d.hook = newHookStatus(reg)
+	nat := pfBackend{pf: p, sysctl: sysctl.Command{Run: command.Exec{}}, hook: d.hook}
 	return routes.NewAnchorController(client, table, nat, recorder, routes.NewMetrics(reg), d.log.With("component", "routes"), routeOptions(c)), nil
 }
 
-// up watches vmnet's bridge against the podCIDR for as long as ctx lasts:
-// the Node's NetworkUnavailable condition, an Event and readiness follow
-// what it finds.
+// up watches vmnet's bridge against the podCIDR, and what the route
+// controller found of pf's main ruleset, for as long as ctx lasts: the
+// Node's NetworkUnavailable condition, an Event and readiness follow
+// what they find. Either problem makes the node's network unavailable.
 func (d *darwinNode) up(ctx context.Context, client kubernetes.Interface, ctrl *routes.Controller, recorder record.EventRecorder, subnet netip.Prefix, h *health) {
 	c, log := d.c, d.log
+	lastHook := ""
 	d.v.watch(ctx, subnet, func(st pf.BridgeStatus, msg string, changed bool) {
 		n, err := ctrl.Node(c.NodeName)
+		hook := d.hook.get()
+		if hook != lastHook {
+			changed = true
+			if hook != "" {
+				log.Warn(hook)
+				if err == nil {
+					ref := &corev1.ObjectReference{Kind: "Node", Name: n.Name, UID: n.UID, APIVersion: "v1"}
+					recorder.Event(ref, corev1.EventTypeWarning, "PfHookMissing", hook)
+				}
+			} else {
+				log.Info("pf's main ruleset reaches vmlane's anchor again")
+			}
+			lastHook = hook
+		}
 		mismatch := st.State == pf.BridgeMismatch
 		if !changed {
 			// A Node deleted and registered again comes back without
 			// the condition: set it again (as on Linux; the informer's
 			// cache has it, so the check costs no request).
-			if err != nil || mismatch || routes.NetworkAvailable(n) {
+			if err != nil || mismatch || hook != "" || routes.NetworkAvailable(n) {
 				return
 			}
 			log.Info("node lost its NetworkUnavailable=False condition; setting it again", "node", c.NodeName)
@@ -116,9 +136,13 @@ func (d *darwinNode) up(ctx context.Context, client kubernetes.Interface, ctrl *
 		if mismatch {
 			reason, condMsg = "VmnetSubnetMismatch", msg
 		}
-		if err := setNetworkCondition(ctx, client, c.NodeName, mismatch, reason, condMsg); err != nil {
+		if hook != "" && !mismatch {
+			reason, condMsg = "PfHookMissing", hook
+		}
+		unavailable := mismatch || hook != ""
+		if err := setNetworkCondition(ctx, client, c.NodeName, unavailable, reason, condMsg); err != nil {
 			log.Error("setting the NetworkUnavailable condition", "err", err)
 		}
-		h.ready.Store(!mismatch)
+		h.ready.Store(!unavailable)
 	})
 }

@@ -2,6 +2,9 @@ package main
 
 import (
 	"errors"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/vmlane/vmlane/internal/sysctl"
 	"github.com/vmlane/vmlane/pf"
@@ -15,11 +18,60 @@ import (
 type pfBackend struct {
 	pf     pfAnchor
 	sysctl sysctl.Store
+	// hook, when set, is told on each full pass whether the main
+	// ruleset still hooks vmlane's anchor in (pf.CheckHook).
+	hook *hookStatus
 }
 
 // pfAnchor is what pfBackend asks of *pf.PF.
 type pfAnchor interface {
 	Ensure(rules []string, full bool) (changed bool, err error)
+	CheckHook() error
+}
+
+// hookStatus is the last finding of pf.CheckHook, for the node's
+// NetworkUnavailable condition, an Event and the metric
+// vmlane_pf_hook_missing. A missing hook does not fail the reconcile:
+// vmlane's own rules are fine, and nothing vmlane can do restores a main
+// ruleset another tool loaded.
+type hookStatus struct {
+	mu      sync.Mutex
+	problem string
+	gauge   prometheus.Gauge
+}
+
+func newHookStatus(reg prometheus.Registerer) *hookStatus {
+	h := &hookStatus{gauge: prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "vmlane_pf_hook_missing",
+		Help: "1 while pf's main ruleset does not reach vmlane's anchor (no nat-anchor \"com.apple/*\", or after vmnet's internet-sharing NAT).",
+	})}
+	reg.MustRegister(h.gauge)
+	return h
+}
+
+func (h *hookStatus) set(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.problem = ""
+	if err != nil {
+		h.problem = err.Error()
+	}
+	v := 0.0
+	if err != nil {
+		v = 1
+	}
+	h.gauge.Set(v)
+}
+
+// get is the problem found last, "" when the hook is in place (or not
+// checked yet).
+func (h *hookStatus) get() string {
+	if h == nil {
+		return ""
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.problem
 }
 
 // Ensure loads the anchor's rules (pf.Ensure) and, on full passes, turns
@@ -35,6 +87,9 @@ func (b pfBackend) Ensure(nat []routes.NATOptions, full bool) error {
 		v6 = v6 || o.PodCIDR.Addr().Is6()
 	}
 	_, err := b.pf.Ensure(rules, full)
+	if full && b.hook != nil {
+		b.hook.set(b.pf.CheckHook())
+	}
 	if full {
 		if v4 {
 			names = append(names, sysctl.MacIPv4Forwarding)

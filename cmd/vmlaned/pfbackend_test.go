@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vmlane/vmlane/internal/sysctl"
 	"github.com/vmlane/vmlane/routes"
 )
@@ -15,10 +16,14 @@ import (
 // fakeAnchor records what pfBackend loads into the anchor, as the rules
 // `pfctl -a ANCHOR -s nat` would print.
 type fakeAnchor struct {
-	rules []string
-	full  bool
-	err   error
+	rules   []string
+	full    bool
+	err     error
+	hookErr error // what CheckHook says
+	checks  int
 }
+
+func (f *fakeAnchor) CheckHook() error { f.checks++; return f.hookErr }
 
 func (f *fakeAnchor) Ensure(rules []string, full bool) (bool, error) {
 	f.rules, f.full = slices.Clone(rules), full
@@ -118,5 +123,29 @@ func TestPFBackendErrors(t *testing.T) {
 	err := pfBackend{pf: a, sysctl: s}.Ensure([]routes.NATOptions{{PodCIDR: netip.MustParsePrefix("10.244.5.0/24")}}, true)
 	if err == nil || !strings.Contains(err.Error(), "pfctl: syntax error") || !strings.Contains(err.Error(), "net.inet.ip.forwarding") {
 		t.Fatalf("err = %v, want both the pf and the sysctl failure", err)
+	}
+}
+
+// TestPFBackendChecksHook: each full pass checks pf's main ruleset (the
+// hook that reaches vmlane's anchor) and records what it finds, without
+// failing the pass; incremental passes cost no pfctl call for it.
+func TestPFBackendChecksHook(t *testing.T) {
+	a := &fakeAnchor{}
+	s := &fakeSysctls{vals: map[string]string{sysctl.MacIPv4Forwarding: "1"}}
+	b := pfBackend{pf: a, sysctl: s, hook: newHookStatus(prometheus.NewRegistry())}
+	nat := []routes.NATOptions{{PodCIDR: netip.MustParsePrefix("10.244.5.0/24")}}
+	if err := b.Ensure(nat, false); err != nil || a.checks != 0 {
+		t.Fatalf("incremental pass: %v, %d hook checks; want none", err, a.checks)
+	}
+	a.hookErr = errors.New(`pf's main ruleset has no nat-anchor "com.apple/*"`)
+	if err := b.Ensure(nat, true); err != nil {
+		t.Fatalf("a missing hook failed the pass: %v", err)
+	}
+	if got := b.hook.get(); a.checks != 1 || !strings.Contains(got, "no nat-anchor") {
+		t.Errorf("after a full pass with the hook gone: %d checks, problem %q", a.checks, got)
+	}
+	a.hookErr = nil
+	if err := b.Ensure(nat, true); err != nil || b.hook.get() != "" {
+		t.Errorf("hook back: %v, problem %q; want none", err, b.hook.get())
 	}
 }
