@@ -75,6 +75,10 @@ type config struct {
 	DHCPRange     *leases.Pool
 	DHCPRangeText string
 	LogLevel      slog.Level
+	// LogFile, when set, receives the log instead of stderr and is opened
+	// again on SIGHUP (log rotation); PidFile is written for the rotator
+	// to signal.
+	LogFile, PidFile string
 	// macOS nodes only (ignored elsewhere): vmnet's plist (up to macOS
 	// 15), the pf anchor of the no-nat rules, and the network description
 	// for the vmnet_network API (macOS 26 and later).
@@ -112,6 +116,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.Domain, "domain", "", "DNS domain")
 	fs.StringVar(&c.DHCPRangeText, "dhcp-range", "", "dynamic DHCP range FIRST-LAST for VMs attached without CNI (default: none)")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.LogFile, "log-file", "", "write the log to this file instead of stderr, and open it again on SIGHUP (log rotation)")
+	fs.StringVar(&c.PidFile, "pid-file", "", "write the daemon's pid here (for a log rotator to send SIGHUP)")
 	fs.StringVar(&c.VmnetPlist, "vmnet-plist", pf.DefaultVmnetPlist, "macOS up to 15: vmnet's plist, where the node's subnet is written")
 	fs.StringVar(&c.PFAnchor, "pf-anchor", pf.DefaultAnchor, "macOS: the pf anchor (under com.apple/) that holds vmlane's no-nat rules")
 	fs.StringVar(&c.VmnetNetworkFile, "vmnet-network-file", pf.DefaultNetworkFile, "macOS 26 and later: where the JSON description of the node's vmnet network is written for VM runtimes")
@@ -201,6 +207,11 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	if err := pf.ValidAnchor(c.PFAnchor); err != nil {
 		return nil, fmt.Errorf("invalid --pf-anchor: %w", err)
 	}
+	for _, a := range []struct{ flag, v string }{{"--log-file", c.LogFile}, {"--pid-file", c.PidFile}} {
+		if a.v != "" && !filepath.IsAbs(a.v) {
+			return nil, fmt.Errorf("invalid %s %q: want an absolute path", a.flag, a.v)
+		}
+	}
 	for _, a := range []struct{ flag, v string }{{"--vmnet-plist", c.VmnetPlist}, {"--vmnet-network-file", c.VmnetNetworkFile}} {
 		if a.v == "" || !filepath.IsAbs(a.v) {
 			return nil, fmt.Errorf("invalid %s %q: want an absolute path", a.flag, a.v)
@@ -233,7 +244,28 @@ func main() {
 		fmt.Fprintln(os.Stderr, "vmlaned:", err)
 		os.Exit(2)
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: c.LogLevel}))
+	var out io.Writer = os.Stderr
+	var lf *logFile
+	if c.LogFile != "" {
+		if lf, err = openLogFile(c.LogFile); err != nil {
+			fmt.Fprintln(os.Stderr, "vmlaned:", err)
+			os.Exit(1)
+		}
+		defer lf.Close()
+		out = lf
+	}
+	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: c.LogLevel}))
+	if lf != nil {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		go reopenOn(hup, lf, log)
+	}
+	if c.PidFile != "" {
+		if err := writePidFile(c.PidFile); err != nil {
+			log.Error("writing the pid file", "file", c.PidFile, "err", err)
+		}
+		defer removePidFile(c.PidFile)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := run(ctx, c, log); err != nil {

@@ -8,17 +8,21 @@
 # --kubeconfig  kubeconfig vmlaned uses (it runs outside the cluster); copied
 #               to /etc/vmlane/kubeconfig, mode 0600
 # --node-name   the node's name as the kubelet registered it (default: this
-#               Mac's LocalHostName, lowercased, as the kubelet defaults it)
+#               Mac's hostname, lowercased, as the kubelet defaults it: Go's
+#               os.Hostname, which is what `hostname` prints)
 # --bin DIR     folder holding the darwin vmlaned and vmlanectl binaries
 #               (default: the folder of this script, then ./bin)
 # after --      more vmlaned flags, e.g. --cluster-cidr 10.244.0.0/16
 #
 # The binaries go to /usr/local/bin, the daemon's plist to
 # /Library/LaunchDaemons/dev.vmlane.vmlaned.plist, its log to
-# /var/log/vmlaned.log (rotated by newsyslog). Running it again upgrades:
-# the old daemon is booted out and the new one bootstrapped. --uninstall
-# stops the daemon, runs `vmlanectl teardown` and removes what this script
-# installed.
+# /var/log/vmlaned.log (vmlaned's --log-file, rotated by newsyslog, which
+# sends SIGHUP to the pid in /var/run/vmlaned.pid so vmlaned opens the new
+# file; what the Go runtime itself prints, a panic, goes to
+# /var/log/vmlaned.stderr.log). Running it again upgrades: the old daemon
+# is booted out, and once launchd has let it go the new one bootstrapped.
+# --uninstall stops the daemon, runs `vmlanectl teardown` and removes what
+# this script installed.
 set -eu
 
 LABEL=dev.vmlane.vmlaned
@@ -27,7 +31,36 @@ PREFIX=/usr/local/bin
 CONF=/etc/vmlane
 HERE=$(cd "$(dirname "$0")" && pwd)
 
+LOG=/var/log/vmlaned.log
+PIDFILE=/var/run/vmlaned.pid
+
 die() { echo "install.sh: $*" >&2; exit 1; }
+
+# bootout stops the job and waits until launchd has let it go: a bootstrap
+# right after a bootout hits launchd's race ("Bootstrap failed: 5:
+# Input/output error") while the old job is still being torn down.
+bootout() {
+	launchctl bootout system/$LABEL 2>/dev/null || true
+	i=0
+	while launchctl print system/$LABEL >/dev/null 2>&1; do
+		i=$((i + 1))
+		[ $i -le 50 ] || die "launchd still has $LABEL 10 s after bootout"
+		sleep 0.2
+	done
+}
+
+# bootstrap loads the plist, retrying the race's error a few times.
+bootstrap() {
+	i=0
+	until out=$(launchctl bootstrap system "$PLIST" 2>&1); do
+		i=$((i + 1))
+		case $out in
+		*"Input/output error"* | *"Operation already in progress"*) [ $i -lt 5 ] || die "launchctl bootstrap: $out" ;;
+		*) die "launchctl bootstrap: $out" ;;
+		esac
+		sleep 1
+	done
+}
 
 [ "$(uname -s)" = Darwin ] || die "this installs vmlane on macOS; Linux nodes use the DaemonSet"
 [ "$(id -u)" = 0 ] || die "run as root (sudo): vmlaned is a system daemon"
@@ -45,20 +78,21 @@ while [ $# -gt 0 ]; do
 done
 
 if [ -n "$uninstall" ]; then
-	launchctl bootout system/$LABEL 2>/dev/null || true
+	bootout
 	if [ -x $PREFIX/vmlanectl ]; then
 		$PREFIX/vmlanectl teardown || echo "install.sh: teardown reported errors; see above" >&2
 	fi
 	rm -f "$PLIST" $PREFIX/vmlaned $PREFIX/vmlanectl /etc/newsyslog.d/vmlaned.conf
 	rm -rf "$CONF"
-	echo "vmlane removed (the log /var/log/vmlaned.log is kept)"
+	rm -f "$PIDFILE"
+	echo "vmlane removed (the logs $LOG and /var/log/vmlaned.stderr.log are kept)"
 	exit 0
 fi
 
 [ -n "$kubeconfig" ] || die "--kubeconfig is required"
 [ -r "$kubeconfig" ] || die "cannot read $kubeconfig"
 if [ -z "$node" ]; then
-	node=$(scutil --get LocalHostName | tr '[:upper:]' '[:lower:]')
+	node=$(hostname | tr '[:upper:]' '[:lower:]')
 fi
 if [ -z "$bin" ]; then
 	if [ -x "$HERE/vmlaned" ]; then bin=$HERE; else bin=./bin; fi
@@ -76,7 +110,7 @@ install -m 0600 "$kubeconfig" "$CONF/kubeconfig"
 # The plist: the template with the node name, and the command line as one
 # JSON array (plutil writes the XML, escaping included).
 json_str() { printf '"%s"' "$(printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g')"; }
-args="$(json_str $PREFIX/vmlaned),$(json_str --kubeconfig),$(json_str "$CONF/kubeconfig")"
+args="$(json_str $PREFIX/vmlaned),$(json_str --kubeconfig),$(json_str "$CONF/kubeconfig"),$(json_str --log-file),$(json_str "$LOG"),$(json_str --pid-file),$(json_str "$PIDFILE")"
 for arg in "$@"; do
 	args="$args,$(json_str "$arg")"
 done
@@ -88,12 +122,13 @@ plutil -replace ProgramArguments -json "[$args]" "$tmp"
 plutil -lint "$tmp" >/dev/null
 install -o root -g wheel -m 0644 "$tmp" "$PLIST"
 
-# Rotate the log at 10 MB, keeping 5 compressed copies.
-echo "/var/log/vmlaned.log	644	5	10240	*	GJ" >/etc/newsyslog.d/vmlaned.conf
+# Rotate the log at 10 MB, keeping 5 compressed copies; newsyslog sends
+# SIGHUP (signal 1) to the pid in PIDFILE, and vmlaned opens the new file.
+echo "$LOG	644	5	10240	*	J	$PIDFILE	1" >/etc/newsyslog.d/vmlaned.conf
 
 # bootout first so a second run replaces a running daemon with the new
 # binary and flags; enable in case someone disabled the label before.
-launchctl bootout system/$LABEL 2>/dev/null || true
+bootout
 launchctl enable system/$LABEL
-launchctl bootstrap system "$PLIST"
-echo "vmlaned started for node $node; log: /var/log/vmlaned.log; health: curl 127.0.0.1:9465/readyz"
+bootstrap
+echo "vmlaned started for node $node; log: $LOG; health: curl 127.0.0.1:9465/readyz"
