@@ -12,16 +12,22 @@ import (
 // references as `pfctl -s References` lists them, each anchor's rules as
 // `pfctl -a ANCHOR -s nat` prints them.
 type fakePfctl struct {
-	calls     []string
-	refs      []string            // tokens held
-	anchors   map[string][]string // anchor -> translation rules
+	calls   []string
+	refs    []string            // tokens held
+	anchors map[string][]string // anchor -> translation rules
+	// main is the main ruleset's translation lines, as `pfctl -s nat`
+	// prints them: macOS's /etc/pf.conf, with InternetSharing's after.
+	main      []string
 	nextToken int
 	failOn    string // a call prefix that fails
 }
 
 func newFakePfctl() *fakePfctl {
 	// Internet Sharing (vmnet's NAT) already holds a reference.
-	return &fakePfctl{refs: []string{"10001"}, anchors: map[string][]string{}, nextToken: 20001}
+	return &fakePfctl{refs: []string{"10001"}, anchors: map[string][]string{}, nextToken: 20001, main: []string{
+		`nat-anchor "com.apple/*" all`,
+		`nat-anchor "com.apple.internet-sharing/*" all`,
+	}}
 }
 
 func (f *fakePfctl) Run(stdin string, argv ...string) (string, error) {
@@ -58,7 +64,11 @@ func (f *fakePfctl) Run(stdin string, argv ...string) (string, error) {
 	case "-s nat":
 		var b strings.Builder
 		b.WriteString(altq)
-		for _, r := range f.anchors[anchor] {
+		rules := f.anchors[anchor]
+		if anchor == "" {
+			rules = f.main
+		}
+		for _, r := range rules {
 			b.WriteString(r + "\n")
 		}
 		return b.String(), nil

@@ -22,3 +22,39 @@ func TestCheckHook(t *testing.T) {
 		}
 	}
 }
+
+// TestPFCheckHook reads the main ruleset through pfctl as vmlaned does:
+// macOS's stock ruleset passes; one another tool loaded in its place, or
+// one with InternetSharing's NAT ahead of the hook, is reported, while the
+// anchor's own rules still read back fine.
+func TestPFCheckHook(t *testing.T) {
+	f := newFakePfctl()
+	p, err := New(DefaultAnchor, f, t.TempDir()+"/pf.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Ensure([]string{"no nat inet from 10.244.5.0/24 to 10.244.0.0/16"}, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.CheckHook(); err != nil {
+		t.Errorf("stock ruleset: %v", err)
+	}
+	if got := f.calls[len(f.calls)-1]; got != "pfctl -s nat" {
+		t.Errorf("CheckHook ran %q, want pfctl -s nat", got)
+	}
+	f.main = []string{"nat on en0 inet from 192.168.64.0/24 to any -> (en0)"}
+	if err := p.CheckHook(); err == nil || !strings.Contains(err.Error(), "has no nat-anchor") {
+		t.Errorf("replaced ruleset: %v", err)
+	}
+	if changed, err := p.Ensure([]string{"no nat inet from 10.244.5.0/24 to 10.244.0.0/16"}, true); changed || err != nil {
+		t.Errorf("the anchor itself reads back fine meanwhile: changed %v, %v", changed, err)
+	}
+	f.main = []string{`nat-anchor "com.apple.internet-sharing/*" all`, `nat-anchor "com.apple/*" all`}
+	if err := p.CheckHook(); err == nil || !strings.Contains(err.Error(), "before nat-anchor") {
+		t.Errorf("sharing first: %v", err)
+	}
+	f.failOn = "pfctl -s nat"
+	if err := p.CheckHook(); err == nil || !strings.Contains(err.Error(), "reading pf's main ruleset") {
+		t.Errorf("pfctl failing: %v", err)
+	}
+}
