@@ -23,6 +23,10 @@
 # is booted out, and once launchd has let it go the new one bootstrapped.
 # --uninstall stops the daemon, runs `vmlanectl teardown` and removes what
 # this script installed.
+#
+# VMLANE_ROOT, when set, is a folder the files are installed under instead
+# of / (as DESTDIR is to make install); the paths inside them stay the
+# real ones. install_test.go runs the script so, with fake macOS tools.
 set -eu
 
 LABEL=dev.vmlane.vmlaned
@@ -33,6 +37,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 
 LOG=/var/log/vmlaned.log
 PIDFILE=/var/run/vmlaned.pid
+NEWSYSLOG=/etc/newsyslog.d/vmlaned.conf
+R=${VMLANE_ROOT:-}
 
 die() { echo "install.sh: $*" >&2; exit 1; }
 
@@ -52,7 +58,7 @@ bootout() {
 # bootstrap loads the plist, retrying the race's error a few times.
 bootstrap() {
 	i=0
-	until out=$(launchctl bootstrap system "$PLIST" 2>&1); do
+	until out=$(launchctl bootstrap system "$R$PLIST" 2>&1); do
 		i=$((i + 1))
 		case $out in
 		*"Input/output error"* | *"Operation already in progress"*) [ $i -lt 5 ] || die "launchctl bootstrap: $out" ;;
@@ -79,12 +85,11 @@ done
 
 if [ -n "$uninstall" ]; then
 	bootout
-	if [ -x $PREFIX/vmlanectl ]; then
-		$PREFIX/vmlanectl teardown || echo "install.sh: teardown reported errors; see above" >&2
+	if [ -x "$R$PREFIX/vmlanectl" ]; then
+		"$R$PREFIX/vmlanectl" teardown || echo "install.sh: teardown reported errors; see above" >&2
 	fi
-	rm -f "$PLIST" $PREFIX/vmlaned $PREFIX/vmlanectl /etc/newsyslog.d/vmlaned.conf
-	rm -rf "$CONF"
-	rm -f "$PIDFILE"
+	rm -f "$R$PLIST" "$R$PREFIX/vmlaned" "$R$PREFIX/vmlanectl" "$R$NEWSYSLOG" "$R$PIDFILE"
+	rm -rf "$R$CONF"
 	echo "vmlane removed (the logs $LOG and /var/log/vmlaned.stderr.log are kept)"
 	exit 0
 fi
@@ -102,10 +107,10 @@ for b in vmlaned vmlanectl; do
 	file "$bin/$b" | grep -q Mach-O || die "$bin/$b is not a macOS binary"
 done
 
-install -d -m 0755 $PREFIX
-install -m 0755 "$bin/vmlaned" "$bin/vmlanectl" $PREFIX/
-install -d -m 0700 "$CONF"
-install -m 0600 "$kubeconfig" "$CONF/kubeconfig"
+install -d -m 0755 "$R$PREFIX"
+install -m 0755 "$bin/vmlaned" "$bin/vmlanectl" "$R$PREFIX/"
+install -d -m 0700 "$R$CONF"
+install -m 0600 "$kubeconfig" "$R$CONF/kubeconfig"
 
 # The plist: the template with the node name, and the command line as one
 # JSON array (plutil writes the XML, escaping included).
@@ -120,11 +125,13 @@ cp "$HERE/$LABEL.plist" "$tmp"
 plutil -replace EnvironmentVariables.NODE_NAME -string "$node" "$tmp"
 plutil -replace ProgramArguments -json "[$args]" "$tmp"
 plutil -lint "$tmp" >/dev/null
-install -o root -g wheel -m 0644 "$tmp" "$PLIST"
+install -d -m 0755 "$R$(dirname "$PLIST")"
+install -o root -g wheel -m 0644 "$tmp" "$R$PLIST"
 
 # Rotate the log at 10 MB, keeping 5 compressed copies; newsyslog sends
 # SIGHUP (signal 1) to the pid in PIDFILE, and vmlaned opens the new file.
-echo "$LOG	644	5	10240	*	J	$PIDFILE	1" >/etc/newsyslog.d/vmlaned.conf
+install -d -m 0755 "$R$(dirname "$NEWSYSLOG")"
+echo "$LOG	644	5	10240	*	J	$PIDFILE	1" >"$R$NEWSYSLOG"
 
 # bootout first so a second run replaces a running daemon with the new
 # binary and flags; enable in case someone disabled the label before.

@@ -1,0 +1,126 @@
+package darwin_test
+
+// install.sh runs on a Mac; here it runs under VMLANE_ROOT with fake
+// macOS tools first on PATH, each recording its calls, so that what it
+// does is tested where vmlane is built: the upgrade path through
+// launchd's bootout race, the log files and newsyslog's pid file, and the
+// default node name.
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// fakes are the macOS tools install.sh runs. launchctl's `print` says the
+// job is still there twice after a bootout, and its first bootstrap fails
+// as launchd does when it comes too soon ("Bootstrap failed: 5:
+// Input/output error").
+var fakes = map[string]string{
+	"uname":    `echo Darwin`,
+	"hostname": `echo MacBook-Pro.local`,
+	"file":     `echo "$1: Mach-O 64-bit executable x86_64"`,
+	"plutil": `case $1 in
+-lint) exit 0 ;;
+-replace) echo "$2=$4" >>"$5" ;;
+esac`,
+	// GNU install knows no wheel group: keep the mode, drop the owner.
+	"install": `args=; while [ $# -gt 0 ]; do case $1 in -o|-g) shift 2 ;; *) args="$args '$1'"; shift ;; esac; done; eval "exec /usr/bin/install $args"`,
+	"launchctl": `d=$(dirname "$0")
+echo "launchctl $*" >>"$d/calls"
+case $1 in
+bootout) echo 2 >"$d/present" ;;
+print)
+	n=$(cat "$d/present" 2>/dev/null || echo 0)
+	[ "$n" -gt 0 ] || exit 113
+	echo $((n - 1)) >"$d/present" ;;
+bootstrap)
+	if [ ! -e "$d/bootstrapped-once" ]; then
+		touch "$d/bootstrapped-once"
+		echo "Bootstrap failed: 5: Input/output error" >&2
+		exit 5
+	fi ;;
+esac`,
+}
+
+func TestInstall(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("install.sh checks that it runs as root")
+	}
+	dir := t.TempDir()
+	tools, root, bin := filepath.Join(dir, "tools"), filepath.Join(dir, "root"), filepath.Join(dir, "bin")
+	for _, d := range []string{tools, root, bin} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, body := range fakes {
+		if err := os.WriteFile(filepath.Join(tools, name), []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, b := range []string{"vmlaned", "vmlanectl"} {
+		if err := os.WriteFile(filepath.Join(bin, b), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kc := filepath.Join(dir, "node.kubeconfig")
+	os.WriteFile(kc, []byte("apiVersion: v1\n"), 0o600)
+
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("sh", append([]string{"install.sh"}, args...)...)
+		cmd.Env = append(os.Environ(), "PATH="+tools+":"+os.Getenv("PATH"), "VMLANE_ROOT="+root)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("install.sh %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	out := run("--kubeconfig", kc, "--bin", bin, "--", "--cluster-cidr", "10.244.0.0/16")
+	if !strings.Contains(out, "vmlaned started for node macbook-pro.local") {
+		t.Errorf("output:\n%s", out)
+	}
+	read := func(p string) string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(root, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	plist := read("/Library/LaunchDaemons/dev.vmlane.vmlaned.plist")
+	for _, want := range []string{
+		"EnvironmentVariables.NODE_NAME=macbook-pro.local", // the hostname, lowercased, as the kubelet's
+		`"--log-file","/var/log/vmlaned.log","--pid-file","/var/run/vmlaned.pid","--cluster-cidr","10.244.0.0/16"`,
+		"<string>/var/log/vmlaned.stderr.log</string>",
+	} {
+		if !strings.Contains(plist, want) {
+			t.Errorf("plist lacks %s:\n%s", want, plist)
+		}
+	}
+	if got := read("/etc/newsyslog.d/vmlaned.conf"); got != "/var/log/vmlaned.log\t644\t5\t10240\t*\tJ\t/var/run/vmlaned.pid\t1\n" {
+		t.Errorf("newsyslog.d entry %q: want the log rotated with SIGHUP to the pid file", got)
+	}
+	if fi, err := os.Stat(filepath.Join(root, "/etc/vmlane/kubeconfig")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("kubeconfig: %v, %v", fi, err)
+	}
+	calls, _ := os.ReadFile(filepath.Join(tools, "calls"))
+	want := "launchctl bootout system/dev.vmlane.vmlaned\n" +
+		"launchctl print system/dev.vmlane.vmlaned\nlaunchctl print system/dev.vmlane.vmlaned\nlaunchctl print system/dev.vmlane.vmlaned\n" +
+		"launchctl enable system/dev.vmlane.vmlaned\n" +
+		"launchctl bootstrap system " + root + "/Library/LaunchDaemons/dev.vmlane.vmlaned.plist\n" +
+		"launchctl bootstrap system " + root + "/Library/LaunchDaemons/dev.vmlane.vmlaned.plist\n"
+	if string(calls) != want {
+		t.Errorf("launchctl calls:\n%s\nwant (bootout, wait until the job is gone, bootstrap retried after the race's error):\n%s", calls, want)
+	}
+
+	run("--uninstall")
+	for _, p := range []string{"/Library/LaunchDaemons/dev.vmlane.vmlaned.plist", "/usr/local/bin/vmlaned", "/etc/vmlane", "/etc/newsyslog.d/vmlaned.conf"} {
+		if _, err := os.Stat(filepath.Join(root, p)); !os.IsNotExist(err) {
+			t.Errorf("%s left after --uninstall (%v)", p, err)
+		}
+	}
+}
