@@ -141,6 +141,8 @@ fuzz:
 darwin:
 	GOOS=darwin $(GO) build ./...
 	GOOS=darwin $(GO) vet ./...
+	@# The real-Mac test (.github/workflows/macos.yml) builds only with its tag.
+	GOOS=darwin $(GO) vet -tags realmac ./cmd/vmlaned
 	@# Test files run on Linux only where they are portable; _darwin_test
 	@# files and the darwin side of every package must still compile.
 	@for p in $$(GOOS=darwin $(GO) list ./...); do GOOS=darwin $(GO) test -c -o /dev/null $$p || exit 1; done

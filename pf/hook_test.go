@@ -58,3 +58,12 @@ func TestPFCheckHook(t *testing.T) {
 		t.Errorf("pfctl failing: %v", err)
 	}
 }
+
+// TestStateFolderMade: on a fresh Mac /var/db/vmlane does not exist; the
+// state and vmnet files make their folder.
+func TestStateFolderMade(t *testing.T) {
+	path := t.TempDir() + "/var/db/vmlane/pf.json"
+	if err := writeFileAtomic(path, []byte("{}\n"), 0o600); err != nil {
+		t.Fatalf("writing into a folder that does not exist yet: %v", err)
+	}
+}

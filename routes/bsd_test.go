@@ -239,3 +239,20 @@ func TestDarwinClaimNeedsItsGateway(t *testing.T) {
 		t.Errorf("Teardown removed %v (%v); want nothing", removed, err)
 	}
 }
+
+// TestDarwinStateFolderMade: the route state file makes its folder
+// (/var/db/vmlane on a fresh Mac) before its first write.
+func TestDarwinStateFolderMade(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "var", "db", "vmlane", "routes.json")
+	table, err := newBSDTable(newFakeBSD(), state, DefaultProtocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table.List()
+	if err := table.Replace(netip.MustParsePrefix("10.244.1.0/24"), netip.MustParseAddr("192.168.1.11"), DefaultProtocol); err != nil {
+		t.Fatalf("first route on a fresh Mac: %v", err)
+	}
+	if !strings.Contains(stateFile(t, state), "10.244.1.0/24") {
+		t.Error("no state written")
+	}
+}
