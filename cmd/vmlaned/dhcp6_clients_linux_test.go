@@ -139,16 +139,7 @@ func TestDHCPv6Clients(t *testing.T) {
 		c.start(t, false)
 		clients = append(clients, c)
 	}
-	each := func(phase string, fn func(t *testing.T, c *client)) {
-		ok := t.Run(phase, func(t *testing.T) {
-			for _, c := range clients {
-				t.Run(c.kind.name, func(t *testing.T) { t.Parallel(); fn(t, c) })
-			}
-		})
-		if !ok {
-			t.FailNow()
-		}
-	}
+	each := phases(t, clients)
 	each("bind", func(t *testing.T, c *client) {
 		ev := c.waitEvent6(t, c.kind.bound, 0)
 		c.checkOptions6(t, ev, want)

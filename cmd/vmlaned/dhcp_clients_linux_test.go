@@ -251,18 +251,7 @@ func TestDHCPClients(t *testing.T) {
 		c.start(t, false)
 		clients = append(clients, c)
 	}
-	// each runs fn for every client in parallel subtests of a phase, and
-	// stops the test after a phase that failed.
-	each := func(phase string, fn func(t *testing.T, c *client)) {
-		ok := t.Run(phase, func(t *testing.T) {
-			for _, c := range clients {
-				t.Run(c.kind.name, func(t *testing.T) { t.Parallel(); fn(t, c) })
-			}
-		})
-		if !ok {
-			t.FailNow()
-		}
-	}
+	each := phases(t, clients)
 
 	each("bind", func(t *testing.T, c *client) {
 		c.checkOptions(t, c.waitEvent(t, c.kind.bound, 0), want)

@@ -394,3 +394,19 @@ func mustAddr(t *testing.T, s string) netip.Addr {
 	}
 	return a
 }
+
+// phases returns each, which runs fn for every client in parallel
+// subtests of a phase, and stops t after a phase that failed: the client
+// tests run bind, renew and release so.
+func phases(t *testing.T, clients []*client) func(phase string, fn func(t *testing.T, c *client)) {
+	return func(phase string, fn func(t *testing.T, c *client)) {
+		ok := t.Run(phase, func(t *testing.T) {
+			for _, c := range clients {
+				t.Run(c.kind.name, func(t *testing.T) { t.Parallel(); fn(t, c) })
+			}
+		})
+		if !ok {
+			t.FailNow()
+		}
+	}
+}
