@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,7 +36,17 @@ type Options struct {
 	// Resync is how often the kernel state is checked even without
 	// events (30 s when 0).
 	Resync time.Duration
+	// VMNodesOnly, Services and RouteServices are Policy's: routes-only
+	// mode, and the Service path of nodes without kube-proxy.
+	VMNodesOnly   bool
+	Services      []netip.Prefix
+	RouteServices bool
 }
+
+// noPodCIDRsGrace is how long a Node may go without podCIDRs before it
+// is reported: node IPAM gives a new node its podCIDRs within seconds,
+// and a CNI with its own IPAM (Calico's, Cilium's cluster-pool) never.
+const noPodCIDRsGrace = time.Minute
 
 // Controller watches Nodes and keeps routes and iptables in step.
 type Controller struct {
@@ -50,6 +61,7 @@ type Controller struct {
 
 	mu       sync.Mutex
 	reported map[string]bool // node/reason pairs already logged and evented
+	gateways []Route         // the Service gateways last logged
 
 	lastOK atomic.Int64 // unix nanos of the last successful reconcile
 
@@ -189,16 +201,41 @@ func (c *Controller) nodes() []Node {
 
 func (c *Controller) desired() Desired {
 	start := time.Now()
-	d := Compute(c.nodes(), c.opts.NodeName)
+	d := Compute(c.nodes(), Policy{Self: c.opts.NodeName, VMNodesOnly: c.opts.VMNodesOnly, Services: c.opts.Services, RouteServices: c.opts.RouteServices})
 	for _, s := range d.Skips {
-		if s.Reason == "no podCIDRs yet" {
-			continue
+		if s.NoPodCIDRs {
+			if time.Since(s.Created) < noPodCIDRsGrace {
+				continue // node IPAM has not got to it yet
+			}
+			s.Reason = noPodCIDRsMessage(s.Node, c.opts.VMNodesOnly)
 		}
 		c.reportOnceByName(s.Node, "VmlaneRouteSkipped", s.Reason)
 	}
+	c.logGateways(d.Gateways)
 	d = d.WithNAT(c.opts.ClusterCIDRs, c.opts.Masquerade)
 	c.metrics.observeCompute(time.Since(start))
 	return d
+}
+
+// noPodCIDRsMessage says why a node without podCIDRs gets no route.
+func noPodCIDRsMessage(node string, vmNodesOnly bool) string {
+	if vmNodesOnly {
+		return fmt.Sprintf("node %s is labelled %s=true but has no podCIDRs: no route to it; a VM node needs podCIDRs from node IPAM (kube-controller-manager --allocate-node-cidrs)", node, VMNodeLabel)
+	}
+	return fmt.Sprintf("node %s has no podCIDRs: its CNI gives pods addresses from its own IPAM (Calico IPAM, Cilium cluster-pool), which vmlane cannot route to; use an IPAM mode that follows Node podCIDRs (README: Hybrid clusters)", node)
+}
+
+// logGateways logs the Service gateways when they change.
+func (c *Controller) logGateways(gws []Route) {
+	c.mu.Lock()
+	same := slices.Equal(gws, c.gateways)
+	c.gateways = gws
+	c.mu.Unlock()
+	for _, r := range gws {
+		if !same {
+			c.log.Info("Service gateway", "services", r.Dst, "node", r.Node, "via", r.Via)
+		}
+	}
 }
 
 func (c *Controller) observe(out Outcome, err error) {
@@ -218,6 +255,11 @@ func (c *Controller) observe(out Outcome, err error) {
 	}
 	for _, r := range out.Foreign {
 		c.log.Warn("a route of another owner holds a pod subnet; leaving it", "route", r.String())
+	}
+	for _, o := range out.Overlaps {
+		c.reportOnceByName(o.Route.Node, "VmlaneRouteOverlap", fmt.Sprintf(
+			"route %s of node %s overlaps route %s of another owner (protocol %d) on node %s: the longer prefix wins for the addresses both cover; vmlane leaves the other route alone",
+			o.Route, o.Route.Node, o.Other, o.Other.Proto, c.opts.NodeName))
 	}
 	if err == nil {
 		c.lastOK.Store(time.Now().UnixNano())

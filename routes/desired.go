@@ -2,8 +2,10 @@ package routes
 
 import (
 	"fmt"
+	"hash/fnv"
 	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/vmlane/vmlane/internal/netaddr"
 )
@@ -17,9 +19,37 @@ type Node struct {
 	// --node-ip-annotation address, then InternalIPs. The first of a
 	// podCIDR's family is its next hop.
 	Addrs []netip.Addr
+	// VM is whether the node is labelled VMNodeLabel=true; Linux whether
+	// the kubelet labelled it kubernetes.io/os=linux; Ready whether its
+	// Ready condition is True. They pick the nodes a routes-only daemon
+	// routes to and the Service gateways.
+	VM, Linux, Ready bool
+	// Created is when the Node was made: a node that still has no
+	// podCIDRs well after it is almost surely on a CNI with its own IPAM.
+	Created time.Time
 	// Problems are fields that did not parse; the node is used as far as
 	// the rest allows, and each problem is reported as an Event.
 	Problems []string
+}
+
+// Policy is what one node's vmlaned routes, besides the pod subnets of
+// every other node.
+type Policy struct {
+	// Self is this node; its own podCIDRs are not routed.
+	Self string
+	// VMNodesOnly is routes-only mode: route to the pod subnets of VM
+	// nodes only (the other nodes are the cluster CNI's business), and
+	// keep no NAT rules for this node's own pod subnet, which is not
+	// vmlane's.
+	VMNodesOnly bool
+	// Services are the cluster's Service CIDRs (--service-cidr). With
+	// RouteServices (a node without kube-proxy: a Mac) they are routed
+	// via a Service gateway and pod traffic to them is not NATed here;
+	// without it this node is a gateway for nodes that route them here
+	// (their pods' traffic to Services is masqueraded after kube-proxy's
+	// DNAT, so that replies come back through this node).
+	Services      []netip.Prefix
+	RouteServices bool
 }
 
 // Route is a route vmlane wants in the kernel: Dst via Via, for Node.
@@ -36,6 +66,11 @@ type Skip struct {
 	Node   string
 	Dst    netip.Prefix
 	Reason string
+	// NoPodCIDRs marks a node without podCIDRs: new (node IPAM has not
+	// given it any yet) or on a CNI with its own IPAM; Created says which
+	// is likelier.
+	NoPodCIDRs bool
+	Created    time.Time
 }
 
 // Desired is the state the node should be in.
@@ -49,76 +84,126 @@ type Desired struct {
 	// PodCIDRs is every node's pod subnets, this node's included: the
 	// cluster's pod network when --cluster-cidr is not given.
 	PodCIDRs []netip.Prefix
+	// Gateways are the routes of the Service CIDRs to a Service gateway
+	// (also in Routes), on a node that routes Services.
+	Gateways []Route
+	// Services and RouteServices are Policy's; ServiceClients are the
+	// pod subnets whose traffic to Services this node masquerades as a
+	// gateway: every other node's (full mode) or the VM nodes' (routes
+	// only), aggregated. WithNAT turns them into NATOptions.
+	Services       []netip.Prefix
+	RouteServices  bool
+	ServiceClients []netip.Prefix
 	// NAT is the NAT exemption of each family this node has a pod subnet
 	// of, IPv4 first; WithNAT fills it. Each names its family by its
 	// PodCIDR, so a consumer never matches them to families by position.
 	NAT []NATOptions
 }
 
-// WithNAT returns d with its NAT exemptions: for each family of this
-// node's pod subnets, the first such subnet, the pod network of that
-// family (cluster, or every node's podCIDRs when cluster is empty) and
-// masquerade.
+// WithNAT returns d with its NAT rules: for each family of this node's pod
+// subnets, the first such subnet, the pod network of that family (cluster,
+// or every node's podCIDRs when cluster is empty), masquerade, and the
+// Service CIDRs of the family with what this node does with them; and, on
+// a node without a pod subnet of vmlane's (routes-only), the Service
+// gateway's masquerade alone, where it has clients.
 func (d Desired) WithNAT(cluster []netip.Prefix, masquerade bool) Desired {
 	if len(cluster) == 0 {
 		cluster = Aggregate(d.PodCIDRs)
 	}
 	d.NAT = nil
 	for _, v4 := range []bool{true, false} {
+		o := NATOptions{
+			Services:       ofFamily(d.Services, v4),
+			RouteServices:  d.RouteServices,
+			ServiceClients: ofFamily(d.ServiceClients, v4),
+		}
+		if d.RouteServices || len(o.Services) == 0 {
+			o.ServiceClients = nil
+		}
 		i := slices.IndexFunc(d.Self, func(p netip.Prefix) bool { return p.Addr().Is4() == v4 })
-		if i < 0 {
+		if i >= 0 {
+			o.PodCIDR, o.Cluster, o.Masquerade = d.Self[i], ofFamily(cluster, v4), masquerade
+		} else if len(o.ServiceClients) == 0 {
 			continue
 		}
-		var fam []netip.Prefix
-		for _, p := range cluster {
-			if p.Addr().Is4() == v4 {
-				fam = append(fam, p)
-			}
-		}
-		d.NAT = append(d.NAT, NATOptions{PodCIDR: d.Self[i], Cluster: fam, Masquerade: masquerade})
+		d.NAT = append(d.NAT, o)
 	}
 	return d
 }
 
+func ofFamily(ps []netip.Prefix, v4 bool) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range ps {
+		if p.Addr().Is4() == v4 {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // Compute is the pure function from the Node list to the desired routes:
-// for every other node, each podCIDR via that node's address of the same
-// family. Nodes without podCIDRs or without an address of the family are
-// skipped. Two nodes whose podCIDRs overlap get neither route for the
-// overlapping subnets (there is no telling which is right), and so does a
-// node whose podCIDR overlaps this node's own.
-func Compute(nodes []Node, self string) Desired {
-	var d Desired
+// for every other node (every other VM node, in routes-only mode), each
+// podCIDR via that node's address of the same family. Nodes without
+// podCIDRs or without an address of the family are skipped. Two nodes
+// whose podCIDRs overlap get neither route for the overlapping subnets
+// (there is no telling which is right), and so does a node whose podCIDR
+// overlaps this node's own. With p.RouteServices, each Service CIDR is
+// routed via a Service gateway (gatewayFor).
+func Compute(nodes []Node, p Policy) Desired {
+	d := Desired{Services: p.Services, RouteServices: p.RouteServices}
+	var clients []netip.Prefix
 	for _, n := range nodes {
-		if n.Name == self {
-			d.Self = append(d.Self, n.PodCIDRs...)
+		if n.Name == p.Self {
+			if !p.VMNodesOnly {
+				d.Self = append(d.Self, n.PodCIDRs...)
+			}
+		} else if !p.VMNodesOnly || n.VM {
+			clients = append(clients, n.PodCIDRs...)
 		}
 		d.PodCIDRs = append(d.PodCIDRs, n.PodCIDRs...)
 	}
 	slices.SortFunc(d.PodCIDRs, comparePrefix)
 	d.PodCIDRs = slices.Compact(d.PodCIDRs)
+	if len(p.Services) > 0 && !p.RouteServices {
+		d.ServiceClients = Aggregate(clients)
+	}
 
 	overlaps := findOverlaps(nodes)
 	overlap := func(node string, p netip.Prefix) string { return overlaps[claim{p, node}] }
 
 	for _, n := range nodes {
-		if n.Name == self {
+		if n.Name == p.Self || (p.VMNodesOnly && !n.VM) {
 			continue
 		}
 		if len(n.PodCIDRs) == 0 {
-			d.Skips = append(d.Skips, Skip{Node: n.Name, Reason: "no podCIDRs yet"})
+			d.Skips = append(d.Skips, Skip{Node: n.Name, Reason: "no podCIDRs", NoPodCIDRs: true, Created: n.Created})
 			continue
 		}
-		for _, p := range n.PodCIDRs {
-			if why := overlap(n.Name, p); why != "" {
-				d.Skips = append(d.Skips, Skip{Node: n.Name, Dst: p, Reason: why})
+		for _, c := range n.PodCIDRs {
+			if why := overlap(n.Name, c); why != "" {
+				d.Skips = append(d.Skips, Skip{Node: n.Name, Dst: c, Reason: why})
 				continue
 			}
-			via, ok := firstOfFamily(n.Addrs, p.Addr().Is4())
+			via, ok := firstOfFamily(n.Addrs, c.Addr().Is4())
 			if !ok {
-				d.Skips = append(d.Skips, Skip{Node: n.Name, Dst: p, Reason: fmt.Sprintf("no %s address to route %s via", family(p.Addr()), p)})
+				d.Skips = append(d.Skips, Skip{Node: n.Name, Dst: c, Reason: fmt.Sprintf("no %s address to route %s via", family(c.Addr()), c)})
 				continue
 			}
-			d.Routes = append(d.Routes, Route{Dst: p, Via: via, Node: n.Name})
+			d.Routes = append(d.Routes, Route{Dst: c, Via: via, Node: n.Name})
+		}
+	}
+	if p.RouteServices {
+		for _, svc := range p.Services {
+			gw, via, ok := gatewayFor(nodes, p.Self, svc.Addr().Is4())
+			if !ok {
+				d.Skips = append(d.Skips, Skip{Node: p.Self, Dst: svc, Reason: fmt.Sprintf(
+					"no Service gateway for %s: no other Linux node that is Ready, not a VM node, and has an %s address; pods on node %s cannot reach Services",
+					svc, family(svc.Addr()), p.Self)})
+				continue
+			}
+			r := Route{Dst: svc, Via: via, Node: gw}
+			d.Routes = append(d.Routes, r)
+			d.Gateways = append(d.Gateways, r)
 		}
 	}
 	slices.SortFunc(d.Routes, func(a, b Route) int { return comparePrefix(a.Dst, b.Dst) })
@@ -132,6 +217,34 @@ func Compute(nodes []Node, self string) Desired {
 		return comparePrefix(a.Dst, b.Dst)
 	})
 	return d
+}
+
+// gatewayFor picks the Service gateway of node self for one family: among
+// the other Linux nodes that are Ready, are not VM nodes (the nodes that
+// run kube-proxy and a vmlaned that masquerades for their clients) and
+// have an address of the family, the one that ranks highest for self by
+// rendezvous hashing. Each node that routes Services keeps its gateway
+// while that gateway stays, the nodes spread over the gateways, and a
+// gateway's loss moves only the nodes that used it.
+func gatewayFor(nodes []Node, self string, v4 bool) (name string, via netip.Addr, ok bool) {
+	var best uint64
+	for _, n := range nodes {
+		if n.Name == self || n.VM || !n.Linux || !n.Ready {
+			continue
+		}
+		a, has := firstOfFamily(n.Addrs, v4)
+		if !has {
+			continue
+		}
+		h := fnv.New64a()
+		h.Write([]byte(self))
+		h.Write([]byte{0})
+		h.Write([]byte(n.Name))
+		if score := h.Sum64(); !ok || score > best || (score == best && n.Name < name) {
+			name, via, best, ok = n.Name, a, score, true
+		}
+	}
+	return name, via, ok
 }
 
 type claim struct {

@@ -47,15 +47,43 @@ type Chain struct {
 	Rules       [][]string
 }
 
-// NATOptions says which traffic to masquerade.
+// NATOptions says which traffic of one address family to masquerade.
 type NATOptions struct {
-	// PodCIDR is this node's pod subnet of the family.
+	// PodCIDR is this node's pod subnet of the family; zero on a
+	// routes-only node, whose pod subnet is its own CNI's.
 	PodCIDR netip.Prefix
 	// Cluster is the pod network: --cluster-cidr, or every node's
 	// podCIDRs of the family.
 	Cluster []netip.Prefix
 	// Masquerade turns on NAT for pod traffic leaving the pod network.
 	Masquerade bool
+	// Services are the family's Service CIDRs. With RouteServices this
+	// node routes them to a Service gateway, and its pods' traffic to
+	// them leaves un-NATed (the gateway masquerades it); otherwise the
+	// traffic of ServiceClients (other nodes' pod subnets) to them, as
+	// kube-proxy has DNATed it here, is masqueraded, so that the
+	// backend's replies come back through this node to be un-DNATed.
+	Services       []netip.Prefix
+	RouteServices  bool
+	ServiceClients []netip.Prefix
+}
+
+// family is the index of o's address family (see familyIndex).
+func (o NATOptions) family() int {
+	if o.PodCIDR.IsValid() {
+		return familyIndex(o.PodCIDR)
+	}
+	for _, p := range append(o.Services, o.ServiceClients...) {
+		return familyIndex(p)
+	}
+	return 0
+}
+
+// skeletons are vmlane's two chains without rules: their names and
+// jumps, which do not depend on the options.
+func skeletons() (nat, fwd Chain) {
+	return Chain{Table: "nat", Name: ChainNAT, From: "POSTROUTING", JumpComment: "vmlane: pod subnet NAT rules"},
+		Chain{Table: "filter", Name: ChainForward, From: "FORWARD", JumpComment: "vmlane: pod subnet forwarding"}
 }
 
 func comment(s string) []string { return []string{"-m", "comment", "--comment", "vmlane: " + s} }
@@ -63,17 +91,37 @@ func comment(s string) []string { return []string{"-m", "comment", "--comment", 
 // Chains renders vmlane's chains for one address family: pod-to-pod
 // traffic keeps its source address (so the receiver sees the sender's pod
 // IP), pod traffic to anywhere else is masqueraded, and forwarding to and
-// from the pod subnet is accepted. Pure: tested by its output.
+// from the pod subnet is accepted. A Service gateway masquerades its
+// clients' Service traffic. A node without a pod subnet of vmlane's
+// (routes-only) has the gateway's rules only, and no forwarding chain:
+// forwarding there is its own CNI's. Pure: tested by its output.
 func Chains(o NATOptions) []Chain {
 	pod := o.PodCIDR.String()
-	nat := Chain{Table: "nat", Name: ChainNAT, From: "POSTROUTING", JumpComment: "vmlane: pod subnet NAT rules"}
-	for _, c := range o.Cluster {
-		nat.Rules = append(nat.Rules, append(append([]string{"-s", pod, "-d", c.String()}, comment("pod to pod network "+c.String()+", no NAT")...), "-j", "RETURN"))
+	nat, fwd := skeletons()
+	if o.PodCIDR.IsValid() {
+		for _, c := range o.Cluster {
+			nat.Rules = append(nat.Rules, append(append([]string{"-s", pod, "-d", c.String()}, comment("pod to pod network "+c.String()+", no NAT")...), "-j", "RETURN"))
+		}
+		if o.RouteServices {
+			for _, c := range o.Services {
+				nat.Rules = append(nat.Rules, append(append([]string{"-s", pod, "-d", c.String()}, comment("pod to Service network "+c.String()+" via a Service gateway, no NAT")...), "-j", "RETURN"))
+			}
+		}
+		if o.Masquerade {
+			nat.Rules = append(nat.Rules, append(append([]string{"-s", pod}, comment("pod to outside, masquerade")...), "-j", "MASQUERADE"))
+		}
 	}
-	if o.Masquerade {
-		nat.Rules = append(nat.Rules, append(append([]string{"-s", pod}, comment("pod to outside, masquerade")...), "-j", "MASQUERADE"))
+	if !o.RouteServices {
+		for _, c := range o.ServiceClients {
+			for _, svc := range o.Services {
+				nat.Rules = append(nat.Rules, append(append([]string{"-s", c.String(), "-m", "conntrack", "--ctstate", "DNAT", "--ctorigdst", svc.String()},
+					comment("Service gateway: "+c.String()+" to Service network "+svc.String()+", masquerade")...), "-j", "MASQUERADE"))
+			}
+		}
 	}
-	fwd := Chain{Table: "filter", Name: ChainForward, From: "FORWARD", JumpComment: "vmlane: pod subnet forwarding"}
+	if !o.PodCIDR.IsValid() {
+		return []Chain{nat}
+	}
 	fwd.Rules = [][]string{
 		append(append([]string{"-s", pod}, comment("forward from pods")...), "-j", "ACCEPT"),
 		append(append([]string{"-d", pod}, comment("forward to pods")...), "-j", "ACCEPT"),

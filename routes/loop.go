@@ -100,7 +100,7 @@ func (l *Loop) reconcile(full bool) (Outcome, error) {
 	d := l.Desired()
 	out, err := Reconcile(l.Table, d.Routes, l.Proto)
 	for _, o := range d.NAT {
-		i := familyIndex(o.PodCIDR)
+		i := o.family()
 		ipt := [2]iptablesInterface{l.IPT4, l.IPT6}[i]
 		if ipt == nil {
 			continue
@@ -111,7 +111,7 @@ func (l *Loop) reconcile(full bool) (Outcome, error) {
 		}
 		changed, cerr := EnsureChains(ipt, chains)
 		if changed {
-			l.Log.Info("rebuilt iptables chains", "podCIDR", o.PodCIDR)
+			l.Log.Info("rebuilt iptables chains", "podCIDR", o.PodCIDR, "services", o.Services)
 		}
 		if cerr == nil {
 			l.applied[i] = chains

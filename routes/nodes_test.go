@@ -16,6 +16,8 @@ func TestSameForRoutes(t *testing.T) {
 			Spec:       corev1.NodeSpec{PodCIDR: "10.244.1.0/24", PodCIDRs: []string{"10.244.1.0/24"}},
 		}
 		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+		n.Labels = map[string]string{"kubernetes.io/os": "linux", "kubernetes.io/hostname": "a"}
 		return n
 	}
 	slim := func(n *corev1.Node) *corev1.Node {
@@ -33,8 +35,12 @@ func TestSameForRoutes(t *testing.T) {
 			n.Status.Images = []corev1.ContainerImage{{Names: []string{"x"}}}
 		}, true},
 		{"network condition", func(n *corev1.Node) {
-			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionFalse}}
+			n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionFalse})
 		}, true},
+		{"another label", func(n *corev1.Node) { n.Labels["topology.kubernetes.io/zone"] = "z1" }, true},
+		{"VM node label", func(n *corev1.Node) { n.Labels[VMNodeLabel] = "true" }, false},
+		{"OS label", func(n *corev1.Node) { n.Labels["kubernetes.io/os"] = "darwin" }, false},
+		{"not ready", func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionUnknown }, false},
 		{"podCIDR", func(n *corev1.Node) { n.Spec.PodCIDRs = []string{"10.244.2.0/24"} }, false},
 		{"address", func(n *corev1.Node) { n.Status.Addresses[0].Address = "10.0.0.2" }, false},
 		{"annotation", func(n *corev1.Node) { n.Annotations["ip"] = "10.0.0.8" }, false},

@@ -65,10 +65,21 @@ type Outcome struct {
 	// Foreign are desired routes for which another owner already has a
 	// route to the same destination; vmlane leaves those alone.
 	Foreign []KernelRoute
+	// Overlaps are desired routes that overlap a route of another owner
+	// without having its destination (one contains the other): both are
+	// kept, and the longer prefix wins for the addresses both cover.
+	Overlaps []Overlap
 	// Owned is the number of owned routes after the reconcile.
 	Owned int
 	// Duration is how long the reconcile took (set by Loop).
 	Duration time.Duration
+}
+
+// Overlap is a desired route and a route of another owner whose
+// destinations overlap.
+type Overlap struct {
+	Route Route
+	Other KernelRoute
 }
 
 // Reconcile drives the table to want: routes with protocol proto and no
@@ -84,11 +95,18 @@ func Reconcile(t routeTable, want []Route, proto int) (Outcome, error) {
 	}
 	owned := map[netip.Prefix]KernelRoute{}
 	foreign := map[netip.Prefix]KernelRoute{}
+	var wide []KernelRoute // foreign routes that could overlap a pod subnet
 	for _, r := range actual {
 		if r.Proto == proto {
 			owned[r.Dst] = r
 		} else if _, seen := foreign[r.Dst]; !seen {
 			foreign[r.Dst] = r
+			// Not the default route, nor a host route (a proxy's or a
+			// peer's /32): those overlap everything or nothing worth
+			// saying.
+			if r.Dst.Bits() > 0 && r.Dst.Bits() < r.Dst.Addr().BitLen() {
+				wide = append(wide, r)
+			}
 		}
 	}
 	var errs []error
@@ -98,6 +116,11 @@ func Reconcile(t routeTable, want []Route, proto int) (Outcome, error) {
 		if f, ok := foreign[r.Dst]; ok {
 			out.Foreign = append(out.Foreign, f)
 			continue
+		}
+		for _, f := range wide {
+			if f.Dst.Overlaps(r.Dst) {
+				out.Overlaps = append(out.Overlaps, Overlap{Route: r, Other: f})
+			}
 		}
 		if have, ok := owned[r.Dst]; ok && have.Via == r.Via {
 			wanted[r.Dst] = true

@@ -36,7 +36,7 @@ func TestCompute(t *testing.T) {
 		{Name: "f", PodCIDRs: pfx("10.244.3.0/25"), Addrs: addrs("192.168.1.15")},   // overlaps e
 		{Name: "g", PodCIDRs: pfx("10.244.0.128/25"), Addrs: addrs("192.168.1.16")}, // overlaps a, this node
 	}
-	got := Compute(nodes, "a")
+	got := Compute(nodes, Policy{Self: "a"})
 	var routes, skips []string
 	for _, r := range got.Routes {
 		routes = append(routes, r.Node+": "+r.String())
@@ -51,7 +51,7 @@ func TestCompute(t *testing.T) {
 	}
 	wantSkips := []string{
 		"c fd00:244:0:2::/64: no IPv6 address to route fd00:244:0:2::/64 via",
-		"d invalid Prefix: no podCIDRs yet",
+		"d invalid Prefix: no podCIDRs",
 		"e 10.244.3.0/24: podCIDR 10.244.3.0/24 overlaps 10.244.3.0/25 of node f",
 		"f 10.244.3.0/25: podCIDR 10.244.3.0/25 overlaps 10.244.3.0/24 of node e",
 		"g 10.244.0.128/25: podCIDR 10.244.0.128/25 overlaps 10.244.0.0/24 of node a",

@@ -25,8 +25,8 @@ func Teardown(t routeTable, ipts []iptablesInterface, proto int) ([]KernelRoute,
 		}
 		removed = append(removed, r)
 	}
-	// The chains' names and jumps do not depend on the options.
-	skeleton := Chains(NATOptions{})
+	nat, fwd := skeletons()
+	skeleton := []Chain{nat, fwd}
 	for _, ipt := range ipts {
 		if ipt != nil {
 			errs = append(errs, RemoveChains(ipt, skeleton))

@@ -181,5 +181,8 @@ func routeOptions(c *config) routes.Options {
 		Masquerade:       c.Masquerade,
 		Protocol:         c.RouteProtocol,
 		Resync:           c.Resync,
+		VMNodesOnly:      c.RoutesOnly,
+		Services:         c.ServiceCIDRs,
+		RouteServices:    c.RouteServices,
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -43,8 +44,20 @@ type config struct {
 	PodCIDR    netip.Prefix // standalone mode when set
 	// PodCIDR6 is the node's IPv6 podCIDR on a dual-stack node (from
 	// --pod-cidr, or the Node's spec.podCIDRs); zero otherwise.
-	PodCIDR6      netip.Prefix
-	ClusterCIDRs  []netip.Prefix
+	PodCIDR6     netip.Prefix
+	ClusterCIDRs []netip.Prefix
+	// RoutesOnly is routes-only mode (--routes-only): on a node of
+	// another CNI, route the VM nodes' pod subnets and nothing else.
+	// Ignored lists the flags only full mode uses that were given, which
+	// routes-only mode ignores (one DaemonSet template may carry both
+	// modes' flags).
+	RoutesOnly bool
+	Ignored    []string
+	// ServiceCIDRs are the cluster's Service CIDRs; with RouteServices
+	// (a node without kube-proxy) they are routed via a Service gateway,
+	// without it this node is a gateway (routes.Policy).
+	ServiceCIDRs  []netip.Prefix
+	RouteServices bool
 	RouteProtocol int
 	Resync        time.Duration
 	Masquerade    bool
@@ -91,7 +104,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	c := &config{}
 	fs := flag.NewFlagSet("vmlaned", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var podCIDR, clusterCIDR, dns, search, logLevel, cniVersion string
+	var podCIDR, clusterCIDR, serviceCIDR, dns, search, logLevel, cniVersion string
+	fs.BoolVar(&c.RoutesOnly, "routes-only", false, "routes-only mode, for the nodes of another CNI in a hybrid cluster: route the pod subnets of the VM nodes (labelled "+routes.VMNodeLabel+"=true) and nothing else (no bridge, conflist, DHCP or lease file)")
+	fs.StringVar(&serviceCIDR, "service-cidr", "", "the cluster's Service CIDRs, comma-separated (kube-apiserver --service-cluster-ip-range): a node with --route-services routes them via a Service gateway, any other Linux node masquerades other nodes' traffic to them as a gateway")
+	fs.BoolVar(&c.RouteServices, "route-services", runtime.GOOS == "darwin", "this node runs no kube-proxy: route --service-cidr via a Service gateway, a Ready Linux node that is not a VM node (default true on macOS)")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses the in-cluster config")
 	fs.StringVar(&c.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
 	fs.StringVar(&podCIDR, "pod-cidr", "", "standalone mode: serve this subnet without Kubernetes (IPv4, or IPv4,IPv6 for dual stack)")
@@ -132,6 +148,21 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	routeServicesSet := false
+	fs.Visit(func(f *flag.Flag) { routeServicesSet = routeServicesSet || f.Name == "route-services" })
+	if c.RoutesOnly {
+		if runtime.GOOS != "linux" {
+			return nil, errors.New("--routes-only is for Linux nodes of another CNI; a macOS node is a VM node and runs in full mode")
+		}
+		// Back to their defaults, unchecked: they are not used.
+		fs.Visit(func(f *flag.Flag) {
+			if fullModeOnly[f.Name] {
+				c.Ignored = append(c.Ignored, "--"+f.Name)
+				f.Value.Set(f.DefValue)
+			}
+		})
+		c.RouteServices = false
+	}
 	if err := c.LogLevel.UnmarshalText([]byte(logLevel)); err != nil {
 		return nil, fmt.Errorf("invalid --log-level %q: want debug, info, warn or error", logLevel)
 	}
@@ -160,6 +191,22 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		c.PodCIDR, c.PodCIDR6 = v4, v6
 	} else if c.NodeName == "" {
 		return nil, errors.New("--node-name (or $NODE_NAME) is required unless --pod-cidr runs vmlaned standalone")
+	}
+	for _, s := range splitList(serviceCIDR) {
+		p, err := netip.ParsePrefix(s)
+		if err != nil || p != p.Masked() {
+			return nil, fmt.Errorf("invalid --service-cidr %q: %q is not a network CIDR", serviceCIDR, s)
+		}
+		if slices.ContainsFunc(c.ServiceCIDRs, func(q netip.Prefix) bool { return q.Addr().Is4() == p.Addr().Is4() }) {
+			return nil, fmt.Errorf("invalid --service-cidr %q: two CIDRs of one family (a cluster has at most one Service CIDR of each)", serviceCIDR)
+		}
+		c.ServiceCIDRs = append(c.ServiceCIDRs, p)
+	}
+	if c.RouteServices && len(c.ServiceCIDRs) == 0 {
+		if routeServicesSet {
+			return nil, errors.New("--route-services needs --service-cidr: the Service CIDRs to route")
+		}
+		c.RouteServices = false // macOS's default, with nothing to route
 	}
 	for _, s := range splitList(clusterCIDR) {
 		p, err := netip.ParsePrefix(s)
@@ -223,6 +270,16 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		}
 	}
 	return c, nil
+}
+
+// fullModeOnly are the flags routes-only mode has no use for: the
+// bridge, conflists, DHCP, leases, anti-spoofing, standalone mode, the
+// pod subnet's NAT, and macOS's vmnet and pf.
+var fullModeOnly = map[string]bool{
+	"pod-cidr": true, "cluster-cidr": true, "masquerade": true, "route-services": true,
+	"anti-spoof": true, "anti-spoof-period": true, "cni-conf-dir": true, "vm-cni-conf-dir": true, "cni-version": true,
+	"bridge": true, "lease-file": true, "mtu": true, "lease-time": true, "dns": true, "search": true, "domain": true, "dhcp-range": true,
+	"vmnet-plist": true, "pf-anchor": true, "vmnet-network-file": true,
 }
 
 func splitList(s string) []string {

@@ -35,6 +35,11 @@ func TestParseFlagsErrorsNameFlagAndValue(t *testing.T) {
 		{[]string{"--node-name", "a", "--health-addr", "9465"}, `invalid --health-addr "9465"`},
 		{[]string{"--node-name", "a", "extra"}, `unexpected argument "extra"`},
 		{[]string{"--node-name", "a", "--cni-version", "1.2.0"}, `invalid --cni-version "1.2.0"`},
+		{[]string{"--node-name", "a", "--service-cidr", "10.96.0.1/12"}, `invalid --service-cidr "10.96.0.1/12": "10.96.0.1/12" is not a network CIDR`},
+		{[]string{"--node-name", "a", "--service-cidr", "10.96.0.0/12,10.112.0.0/12"}, `invalid --service-cidr "10.96.0.0/12,10.112.0.0/12": two CIDRs of one family`},
+		{[]string{"--node-name", "a", "--route-services"}, "--route-services needs --service-cidr"},
+		{[]string{"--routes-only"}, "--node-name (or $NODE_NAME) is required"},
+		{[]string{"--routes-only", "--node-name", "a", "--service-cidr", "bogus"}, `invalid --service-cidr "bogus"`},
 	} {
 		t.Setenv("NODE_NAME", "")
 		_, err := parseFlags(tc.args, &bytes.Buffer{})
@@ -48,6 +53,36 @@ func TestParseFlagsErrorsNameFlagAndValue(t *testing.T) {
 	}
 	if c.Resync != 30*time.Second || c.RouteProtocol != 77 || !c.Masquerade || c.HealthAddr != "127.0.0.1:9465" || c.MetricsAddr != "127.0.0.1:9464" {
 		t.Errorf("defaults: %+v", c)
+	}
+}
+
+// TestParseFlagsRoutesOnly: routes-only mode names the full-mode flags it
+// ignores, ignores them even when their values would be refused in full
+// mode (one DaemonSet template may carry both modes' flags), and keeps
+// the flags it uses.
+func TestParseFlagsRoutesOnly(t *testing.T) {
+	c, err := parseFlags([]string{"--routes-only", "--node-name", "n1", "--bridge", "br9", "--mtu", "100", "--pod-cidr", "bogus",
+		"--route-services", "--service-cidr", "10.96.0.0/12", "--resync-period", "5s", "--anti-spoof=false"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"--anti-spoof", "--bridge", "--mtu", "--pod-cidr", "--route-services"}
+	if diff := cmp.Diff(want, c.Ignored); diff != "" {
+		t.Errorf("ignored flags (-want +got):\n%s", diff)
+	}
+	if !c.RoutesOnly || c.RouteServices || c.PodCIDR.IsValid() || c.MTU != 0 || c.Bridge != plugin.DefaultBridge || !c.AntiSpoof ||
+		c.Resync != 5*time.Second || len(c.ServiceCIDRs) != 1 {
+		t.Errorf("config %+v: want routes-only with the ignored flags at their defaults and the others kept", c)
+	}
+	if routeOptions(c).VMNodesOnly != true {
+		t.Error("routes-only config does not make a VM-nodes-only route controller")
+	}
+	full, err := parseFlags([]string{"--node-name", "n1", "--service-cidr", "10.96.0.0/12,fd00:96::/108", "--route-services"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := routeOptions(full); !o.RouteServices || len(o.Services) != 2 || o.VMNodesOnly || len(full.Ignored) != 0 {
+		t.Errorf("full mode with --route-services: options %+v", o)
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"slices"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -82,7 +83,16 @@ func (b pfBackend) Ensure(nat []routes.NATOptions, full bool) error {
 	var rules, names []string
 	v4, v6 := false, false
 	for _, o := range nat {
-		rules = append(rules, pf.NoNATRules(o.PodCIDR, o.Cluster)...)
+		if !o.PodCIDR.IsValid() {
+			continue
+		}
+		noNAT := o.Cluster
+		if o.RouteServices {
+			// Routed to a Service gateway, which masquerades them: the
+			// VM's own address must reach it.
+			noNAT = append(slices.Clone(o.Cluster), o.Services...)
+		}
+		rules = append(rules, pf.NoNATRules(o.PodCIDR, noNAT)...)
 		v4 = v4 || o.PodCIDR.Addr().Is4()
 		v6 = v6 || o.PodCIDR.Addr().Is6()
 	}

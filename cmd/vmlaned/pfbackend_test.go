@@ -92,6 +92,12 @@ func TestPFBackend(t *testing.T) {
 		forwarding: "0",
 		wantRules:  []string{"no nat inet from 10.244.5.0/24 to 10.244.0.0/16"},
 	}, {
+		name: "Services routed to a gateway: the VM's own address reaches it",
+		nat: []routes.NATOptions{{PodCIDR: v4.PodCIDR, Cluster: v4.Cluster, RouteServices: true,
+			Services: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}}},
+		forwarding: "1",
+		wantRules:  []string{"no nat inet from 10.244.5.0/24 to 10.244.0.0/16", "no nat inet from 10.244.5.0/24 to 10.96.0.0/12"},
+	}, {
 		name:       "no pod subnet yet",
 		full:       true,
 		forwarding: "0",

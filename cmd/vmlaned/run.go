@@ -37,8 +37,12 @@ type platform interface {
 
 // run is vmlaned: endpoints, then either a standalone node (--pod-cidr)
 // or one that waits for its Node's podCIDR, sets itself up for it, routes
-// the other nodes' pod subnets and reports itself up once routes are in.
+// the other nodes' pod subnets and reports itself up once routes are in;
+// or, with --routes-only, the route controller alone (runRoutesOnly).
 func run(ctx context.Context, c *config, log *slog.Logger) error {
+	if c.RoutesOnly {
+		return runRoutesOnly(ctx, c, log)
+	}
 	p, closeP, err := newPlatform(c, log)
 	if err != nil {
 		return err

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/vmlane/vmlane/routes"
+)
+
+// runRoutesOnly is vmlaned --routes-only, on a node whose pods another
+// CNI (flannel, Cilium, Calico) serves: the route controller alone, routing
+// the pod subnets of the VM nodes via their addresses so that this node's
+// pods reach VMs by pod IP, and, with --service-cidr, masquerading the VM
+// nodes' traffic to Services so that a node without kube-proxy can use this
+// one as its Service gateway. It makes no bridge, writes no conflist,
+// serves no DHCP, keeps no lease file and no anti-spoofing table, and
+// leaves the node's NetworkUnavailable condition to the node's CNI. Routes
+// carry vmlane's protocol and iptables rules sit in vmlane's own chains, so
+// nothing of the other CNI's is changed.
+func runRoutesOnly(ctx context.Context, c *config, log *slog.Logger) error {
+	if len(c.Ignored) > 0 {
+		log.Warn("routes-only mode ignores these flags, which only full mode uses", "flags", strings.Join(c.Ignored, " "))
+	}
+	reg, h, err := endpoints(ctx, c, log)
+	if err != nil {
+		return err
+	}
+	client, err := kubeClient(c.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	recorder, stopEvents := eventRecorder(ctx, client, c.NodeName)
+	defer stopEvents()
+	// iptables only for the Service gateway's masquerade, and only for
+	// the families it has a Service CIDR of.
+	var ipt4, ipt6 routes.IPTables
+	for _, p := range c.ServiceCIDRs {
+		ipt, err := routes.NewIPTables(p.Addr().Is6())
+		if err != nil {
+			return fmt.Errorf("iptables for the Service gateway of %s: %w", p, err)
+		}
+		if p.Addr().Is4() {
+			ipt4 = ipt
+		} else {
+			ipt6 = ipt
+		}
+	}
+	ctrl := routes.NewController(client, routes.NewKernelTable(), ipt4, ipt6, recorder, routes.NewMetrics(reg), log.With("component", "routes"), routeOptions(c))
+	h.lastOK = ctrl.LastSuccess
+	if err := routes.WatchDeletes(c.RouteProtocol, ctx.Done(), ctrl.Trigger); err != nil {
+		log.Warn("no route-delete events; lost routes come back at the next resync", "err", err)
+	}
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-ctrl.Ready():
+			h.ready.Store(true)
+		}
+	}()
+	log.Info("routes-only mode: routing the pod subnets of VM nodes", "node", c.NodeName, "label", routes.VMNodeLabel+"=true", "serviceGateway", c.ServiceCIDRs)
+	return ctrl.Run(ctx)
+}
