@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -247,4 +248,137 @@ func TestRouteControllerAgainstAPIServer(t *testing.T) {
 		c.node("f", "10.244.6.0/24", "10.99.0.16")
 		eventually(t, "route to a node added after the restart", hasRoute(t, a, "10.244.6.0/24 via 10.99.0.16"))
 	})
+}
+
+// TestRoutesOnlyAgainstAPIServer: vmlaned --routes-only on a node of
+// another CNI routes VM nodes only, follows the label both ways, makes
+// nothing of full mode's (bridge, conflists, lease file, forwarding
+// chain), leaves the other CNI's routes and iptables rules as they were
+// and the node's NetworkUnavailable condition unset, masquerades VM
+// nodes' DNATed Service traffic as a gateway, warns about the full-mode
+// flags it ignores, answers /readyz and /metrics, and keeps its routes
+// on SIGTERM.
+func TestRoutesOnlyAgainstAPIServer(t *testing.T) {
+	c := newCluster(t)
+	f := c.host("f", "10.99.0.11/24")
+	// What a flannel node has before vmlane comes: its bridge's subnet,
+	// a route to another flannel node's subnet and its own rules.
+	f.MustRun(t, "ip", "link", "add", "cni0", "type", "bridge")
+	f.MustRun(t, "ip", "addr", "add", "10.244.1.1/24", "dev", "cni0")
+	f.MustRun(t, "ip", "link", "set", "cni0", "up")
+	f.MustRun(t, "ip", "route", "add", "10.244.2.0/24", "via", "10.99.0.12", "proto", "static")
+	f.MustRun(t, "iptables", "-t", "nat", "-N", "FLANNEL-POSTRTG")
+	f.MustRun(t, "iptables", "-t", "nat", "-A", "POSTROUTING", "-j", "FLANNEL-POSTRTG")
+	f.MustRun(t, "iptables", "-t", "nat", "-A", "FLANNEL-POSTRTG", "-s", "10.244.0.0/16", "-d", "10.244.0.0/16", "-j", "RETURN")
+	foreignRoutes := f.MustRun(t, "ip", "route", "show")
+	foreignRules := func() string {
+		var keep []string
+		for _, l := range strings.Split(f.MustRun(t, "iptables-save"), "\n") {
+			if strings.HasPrefix(l, "-A") && !strings.Contains(l, "VMLANE") {
+				keep = append(keep, l)
+			}
+		}
+		return strings.Join(keep, "\n")
+	}
+	rulesBefore := foreignRules()
+
+	c.node("f", "10.244.1.0/24", "10.99.0.11")
+	c.node("g", "10.244.2.0/24", "10.99.0.12")
+	c.node("vm", "10.244.3.0/24", "10.99.0.13")
+	dir := t.TempDir()
+	cmd := f.Command(filepath.Join(c.bin, "vmlaned"), "--routes-only", "--kubeconfig", c.cp.Kubeconfig, "--node-name", "f",
+		"--service-cidr", "10.96.0.0/12", "--cni-conf-dir", filepath.Join(dir, "net.d"), "--lease-file", filepath.Join(dir, "leases.json"),
+		"--bridge", "vmlane9", "--resync-period", "2s", "--health-addr", "127.0.0.1:19465", "--metrics-addr", "127.0.0.1:19464")
+	d := &daemon{cmd: cmd, logs: &syncBuffer{}}
+	cmd.Stderr = d.logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		d.cmd.Process.Kill()
+		d.cmd.Wait()
+		if t.Failed() {
+			t.Logf("vmlaned log:\n%s", d.logs.String())
+		}
+	})
+	eventually(t, "ready", func() (bool, string) {
+		out, err := f.Run("busybox", "wget", "-qO-", "http://127.0.0.1:19465/readyz")
+		return err == nil, out
+	})
+	if r := routesOf(t, f); r != "" {
+		t.Fatalf("routes-only routed nodes that are not VM nodes:\n%s", r)
+	}
+
+	label := func(name, value string) {
+		t.Helper()
+		n, err := c.client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Labels == nil {
+			n.Labels = map[string]string{}
+		}
+		if value == "" {
+			delete(n.Labels, "vmlane.io/vm-node")
+		} else {
+			n.Labels["vmlane.io/vm-node"] = value
+		}
+		if _, err := c.client.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	label("vm", "true")
+	eventually(t, "route to the labelled VM node", hasRoute(t, f, "10.244.3.0/24 via 10.99.0.13 dev eth0"))
+	if r := routesOf(t, f); strings.Contains(r, "10.244.2.0/24") {
+		t.Errorf("routes-only routed flannel node g:\n%s", r)
+	}
+	if out := f.MustRun(t, "iptables", "-t", "nat", "-S", "VMLANE-POSTROUTING"); !strings.Contains(out,
+		"-s 10.244.3.0/24 -m conntrack --ctstate DNAT --ctorigdst 10.96.0.0/12") || strings.Contains(out, "10.244.1.0/24") {
+		t.Errorf("Service gateway chain:\n%s\nwant the VM node's subnet masqueraded to Services, nothing of this node's own", out)
+	}
+	if out, err := f.Run("iptables", "-S", "VMLANE-FORWARD"); err == nil {
+		t.Errorf("routes-only made a forwarding chain:\n%s", out)
+	}
+	if got := foreignRules(); got != rulesBefore {
+		t.Errorf("the other CNI's rules changed:\n%s\nwere:\n%s", got, rulesBefore)
+	}
+	for _, path := range []string{filepath.Join(dir, "net.d"), filepath.Join(dir, "leases.json")} {
+		if _, err := os.Stat(path); err == nil {
+			t.Errorf("routes-only made %s", path)
+		}
+	}
+	if out, err := f.Run("ip", "link", "show", "vmlane9"); err == nil {
+		t.Errorf("routes-only made a bridge:\n%s", out)
+	}
+	if !strings.Contains(d.logs.String(), "routes-only mode ignores these flags") || !strings.Contains(d.logs.String(), "--bridge --cni-conf-dir --lease-file") {
+		t.Errorf("no warning naming the ignored flags in the log:\n%s", d.logs.String())
+	}
+	if out, err := f.Run("busybox", "wget", "-qO-", "http://127.0.0.1:19464/metrics"); err != nil || !strings.Contains(out, "vmlane_routes") {
+		t.Errorf("/metrics: %v\n%.500s", err, out)
+	}
+	n, err := c.client.CoreV1().Nodes().Get(context.Background(), "f", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == corev1.NodeNetworkUnavailable {
+			t.Errorf("routes-only set the node's NetworkUnavailable condition: %+v", cond)
+		}
+	}
+
+	label("vm", "")
+	eventually(t, "route withdrawn with the label", lacksRoute(t, f, "10.244.3.0/24"))
+	label("vm", "true")
+	eventually(t, "route back with the label", hasRoute(t, f, "10.244.3.0/24 via 10.99.0.13 dev eth0"))
+	d.stop(t)
+	if r := routesOf(t, f); !strings.Contains(r, "10.244.3.0/24") {
+		t.Errorf("SIGTERM removed routes:\n%s", r)
+	}
+	all := f.MustRun(t, "ip", "route", "show")
+	for _, l := range strings.Split(strings.TrimSpace(foreignRoutes), "\n") {
+		if !strings.Contains(all, l) {
+			t.Errorf("the other CNI's route %q is gone; routes now:\n%s", l, all)
+		}
+	}
 }
