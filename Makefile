@@ -19,7 +19,7 @@ export GOFLAGS ?= -buildvcs=false
 CNI_PLUGINS_VERSION = $(shell $(GO) list -m -f '{{.Version}}' github.com/containernetworking/plugins)
 CNI_PLUGINS_DIR     = $(CACHE)/cni-plugins/$(CNI_PLUGINS_VERSION)
 
-.PHONY: all build test deps lint unit e2e fuzz darwin bench demo demo-down guest udhcpc6 controlplane realnode image cni-reference clean distclean
+.PHONY: all build test deps lint unit e2e e2e-real e2e-hybrid fuzz darwin bench demo demo-down guest udhcpc6 controlplane realnode flannel image cni-reference clean distclean
 
 all: build
 
@@ -56,12 +56,16 @@ controlplane:
 realnode: deps
 	@bash internal/realnode/build.sh $(CACHE)/realnode
 
+## flannel: flanneld built from the module proxy, for the hybrid suite, cached
+flannel:
+	@bash internal/realnode/build-flannel.sh $(CACHE)/flannel >/dev/null
+
 ## image: the vmlane image, the pause and busybox test images, as tarballs in .cache/images (no Docker)
 image: deps build
 	@bash internal/imagebuild/build.sh $(CACHE)/images $(BIN)
 
 ## test: everything CI runs: lint, unit + privileged tests, e2e, fuzz, darwin build
-test: deps udhcpc6 guest controlplane realnode image cni-reference build lint unit e2e fuzz darwin
+test: deps udhcpc6 guest controlplane realnode flannel image cni-reference build lint unit e2e fuzz darwin
 	@echo "make test: all passed"
 
 # The environment every privileged test and the demo find their inputs by.
@@ -70,6 +74,7 @@ TEST_ENV = VMLANE_PRIVILEGED=require VMLANE_BIN_DIR=$(BIN) \
 	VMLANE_UDHCPC6=$$(bash internal/testvm/build-udhcpc6.sh --print-dir $(CACHE)/udhcpc6) \
 	VMLANE_CONTROLPLANE_DIR=$$(bash internal/controlplane/build.sh --print-dir $(CACHE)/controlplane) \
 	VMLANE_REALNODE_DIR=$$(bash internal/realnode/build.sh --print-dir $(CACHE)/realnode) \
+	VMLANE_FLANNEL_DIR=$$(bash internal/realnode/build-flannel.sh --print-dir $(CACHE)/flannel) \
 	VMLANE_IMAGE_DIR=$(CACHE)/images VMLANE_CNI_PLUGINS_DIR=$(CNI_PLUGINS_DIR)
 
 ## demo: a three-node cluster of real nodes, vmlane's DaemonSet, VM and plain pods made with kubectl, its account printed, torn down (KEEP=1 leaves it up)
@@ -83,12 +88,19 @@ demo-down:
 	for i in $$(seq 100); do kill -0 $$pid 2>/dev/null || break; sleep 0.2; done; \
 	rm -f $(CACHE)/demo/demo.pid; echo "demo torn down"
 
-## e2e: the multi-node end-to-end suites (namespaces; real nodes), with their total time
-e2e: deps guest controlplane realnode image cni-reference build
+## e2e: the multi-node end-to-end suites (namespaces; real nodes; hybrid), with their total time
+e2e: deps guest controlplane realnode flannel image cni-reference build
 	@start=$$(date +%s); \
 	$(TEST_ENV) $(GO) test -tags e2e -count=1 -timeout 20m -v ./e2e/ 2>&1 | tee /tmp/vmlane-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|e2e:|    )' ; \
 	rc=$${PIPESTATUS[0]}; echo "e2e: $$(( $$(date +%s) - start ))s in all (log: /tmp/vmlane-e2e.log)"; [ $$rc = 0 ] || exit $$rc; \
 	$(MAKE) --no-print-directory e2e-real
+	$(MAKE) --no-print-directory e2e-hybrid
+
+## e2e-hybrid: the hybrid suite alone (flannel on two real nodes, vmlane's routes-only DaemonSet beside it, two VM nodes)
+e2e-hybrid: deps guest controlplane realnode flannel image cni-reference build
+	@start=$$(date +%s); \
+	$(TEST_ENV) $(GO) test -tags e2e -count=1 -timeout 30m -v ./e2e/hybrid/ 2>&1 | tee /tmp/vmlane-e2e-hybrid.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|e2e-hybrid:|•|    )' ; \
+	rc=$${PIPESTATUS[0]}; echo "e2e-hybrid: $$(( $$(date +%s) - start ))s in all (log: /tmp/vmlane-e2e-hybrid.log)"; exit $$rc
 
 ## e2e-real: the real-node suite alone (containerd, kubelet, the DaemonSet, pods made with kubectl)
 e2e-real: deps guest controlplane realnode image cni-reference build

@@ -93,6 +93,12 @@ func (s NodeSpec) PodCIDRs() []netip.Prefix {
 type Options struct {
 	// BinDir holds vmlane, vmlaned and vmlanectl.
 	BinDir string
+	// FlannelDir holds flanneld (internal/realnode/build-flannel.sh), for
+	// real nodes with Flannel set.
+	FlannelDir string
+	// DeferOverlay leaves applying Overlay to the suite (ApplyOverlay), so
+	// it can look at the nodes before vmlane is there.
+	DeferOverlay bool
 	// Manifests is the kustomize base (the repository's manifests/): it is
 	// applied to the API server, and vmlaned runs with its
 	// ServiceAccount's token.

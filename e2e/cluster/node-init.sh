@@ -24,6 +24,11 @@
 #   CNI_BIN         folder with the loopback CNI plugin
 #   KUBELET, KUBE_PROXY  the binaries
 #   IMAGES          image tarballs to import, space-separated
+# and, on the nodes of a hybrid cluster (RealNodeSpec):
+#   NODE_LABELS     the kubelet's --node-labels
+#   FLANNELD, FLANNEL_NETWORK  flanneld and its Network: a flannel node
+#   NO_KUBE_PROXY   set on a Mac stand-in: no kube-proxy, and vmlaned from
+#   VMLANE_BIN, VMLANE_VM_CONF_DIR, SERVICE_CIDR  run by the node itself
 set -eu
 
 log() { echo "node-init: $*" >&2; }
@@ -86,8 +91,48 @@ done
 log "containerd up, images imported"
 
 "$KUBELET" --config=/var/lib/kubelet/config.yaml --kubeconfig=/var/lib/kubelet/kubeconfig \
-	--hostname-override="$NODE_NAME" --node-ip="$NODE_IP" --v=1 >"$NODE_DIR/kubelet.log" 2>&1 &
-"$KUBE_PROXY" --config=/var/lib/kube-proxy/config.yaml >"$NODE_DIR/kube-proxy.log" 2>&1 &
-log "kubelet and kube-proxy started"
+	--hostname-override="$NODE_NAME" --node-ip="$NODE_IP" --node-labels="${NODE_LABELS:-}" --v=1 >"$NODE_DIR/kubelet.log" 2>&1 &
+if [ -z "${NO_KUBE_PROXY:-}" ]; then
+	"$KUBE_PROXY" --config=/var/lib/kube-proxy/config.yaml >"$NODE_DIR/kube-proxy.log" 2>&1 &
+fi
+log "kubelet started${NO_KUBE_PROXY:+ (no kube-proxy)}"
+
+# 5. A flannel node: flanneld, as kube-flannel's DaemonSet runs it, and once
+# it has written subnet.env (it waits for the node's podCIDR), the
+# conflist flannel's CNI plugin would hand to bridge and host-local.
+if [ -n "${FLANNELD:-}" ]; then
+	cp "$CNI_BIN/bridge" "$CNI_BIN/host-local" /opt/cni/bin/
+	mkdir -p /etc/kube-flannel
+	printf '{"Network": "%s", "EnableNFTables": false, "Backend": {"Type": "vxlan"}}\n' "$FLANNEL_NETWORK" >/etc/kube-flannel/net-conf.json
+	NODE_NAME=$NODE_NAME "$FLANNELD" --kube-subnet-mgr --kubeconfig-file=/var/lib/kubelet/kubeconfig \
+		--iface=eth0 --ip-masq >"$NODE_DIR/flanneld.log" 2>&1 &
+	(
+		i=0
+		until [ -s /run/flannel/subnet.env ]; do
+			i=$((i + 1))
+			[ $i -le 1200 ] || { log "flanneld wrote no subnet.env in 120 s"; exit 1; }
+			sleep 0.1
+		done
+		. /run/flannel/subnet.env
+		# FLANNEL_SUBNET is the bridge's address (10.244.1.1/24): host-local
+		# takes the network.
+		net=${FLANNEL_SUBNET%.*/*}.0/${FLANNEL_SUBNET#*/}
+		printf '{"cniVersion": "1.0.0", "name": "cbr0", "plugins": [{"type": "bridge", "bridge": "cni0", "isGateway": true, "isDefaultGateway": true, "ipMasq": false, "hairpinMode": true, "mtu": %s, "ipam": {"type": "host-local", "ranges": [[{"subnet": "%s"}]]}}]}\n' \
+			"$FLANNEL_MTU" "$net" >/etc/cni/net.d/.10-flannel.conflist.tmp
+		mv /etc/cni/net.d/.10-flannel.conflist.tmp /etc/cni/net.d/10-flannel.conflist
+		log "flannel: subnet $FLANNEL_SUBNET, conflist written"
+	) &
+fi
+
+# 6. A Mac stand-in: vmlaned as launchd runs it on a Mac, outside
+# Kubernetes, with a kubeconfig, routing Services to a gateway.
+if [ -n "${NO_KUBE_PROXY:-}" ] && [ -n "${VMLANE_BIN:-}" ]; then
+	mkdir -p /var/lib/vmlane "$VMLANE_VM_CONF_DIR"
+	cp "$VMLANE_BIN/vmlane" /opt/cni/bin/vmlane
+	"$VMLANE_BIN/vmlaned" --kubeconfig=/var/lib/kubelet/kubeconfig --node-name="$NODE_NAME" \
+		--cni-conf-dir=/etc/cni/net.d --vm-cni-conf-dir="$VMLANE_VM_CONF_DIR" --lease-file=/var/lib/vmlane/leases.json \
+		--route-services --service-cidr="$SERVICE_CIDR" --resync-period=5s >"$NODE_DIR/vmlaned.log" 2>&1 &
+	log "vmlaned started (Mac stand-in)"
+fi
 echo ready >"$NODE_DIR/init.ready"
 wait

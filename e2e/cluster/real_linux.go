@@ -39,8 +39,9 @@ func NewReal(tb testing.TB, o Options) *Cluster {
 		cp.ClusterCIDR6 = c.Opts.ClusterCIDR6
 	}
 	c.startControlPlane(tb, cp)
-	c.step("manifests: kubectl apply --server-side -k %s", o.Overlay)
-	c.MustKubectl(tb, "apply", "--server-side", "-k", o.Overlay)
+	if !o.DeferOverlay {
+		c.ApplyOverlay(tb)
+	}
 	c.addOutside(tb, "the nodes' default gateway")
 	for _, s := range o.RealNodes {
 		c.AddRealNode(tb, s)
@@ -52,6 +53,13 @@ func NewReal(tb testing.TB, o Options) *Cluster {
 		}
 	})
 	return c
+}
+
+// ApplyOverlay applies the manifests through Options.Overlay.
+func (c *Cluster) ApplyOverlay(tb testing.TB) {
+	tb.Helper()
+	c.step("manifests: kubectl apply --server-side -k %s", c.Opts.Overlay)
+	c.MustKubectl(tb, "apply", "--server-side", "-k", c.Opts.Overlay)
 }
 
 // dumpPods logs every pod and the tail of each vmlane pod's log: where a

@@ -44,6 +44,19 @@ type RealNodeSpec struct {
 	IP      netip.Addr
 	IP6     netip.Addr
 	Runtime Runtime
+	// Labels are the kubelet's --node-labels (key=value).
+	Labels []string
+	// Flannel makes the node one of the cluster's own CNI in a hybrid
+	// cluster: flanneld (VXLAN, --kube-subnet-mgr, from Options.FlannelDir)
+	// runs on it, and its pods get addresses from the reference bridge
+	// and host-local plugins configured from flanneld's subnet.env, which
+	// is what flannel's own CNI plugin delegates to.
+	Flannel bool
+	// MacStandIn makes the node a stand-in for a Mac VM node: no
+	// kube-proxy, and vmlaned run by the node itself with a kubeconfig
+	// (as launchd runs it on a Mac) with --route-services, not by the
+	// DaemonSet; the vmlane plugin is installed from Options.BinDir.
+	MacStandIn bool
 }
 
 // RealNode is a node as a user runs one: containerd, the kubelet and
@@ -118,7 +131,7 @@ func (c *Cluster) AddRealNode(tb testing.TB, s RealNodeSpec) *RealNode {
 	// registered above), remove the folder once nothing runs on it.
 	tb.Cleanup(func() {
 		if tb.Failed() {
-			for _, f := range []string{"init.log", "containerd.log", "kubelet.log", "kube-proxy.log"} {
+			for _, f := range []string{"init.log", "containerd.log", "kubelet.log", "kube-proxy.log", "flanneld.log", "vmlaned.log"} {
 				tb.Logf("node %s: tail of %s:\n%s", s.Name, f, controlplane.Tail(filepath.Join(n.Dir, f), 30))
 			}
 		}
@@ -186,7 +199,21 @@ func (n *RealNode) start() error {
 	n.cmd = exec.Command("nsenter", "--net="+n.NS.Path, "--",
 		"unshare", "--mount", "--propagation", "private", "--", "sh", filepath.Join(n.Dir, "node-init.sh"))
 	n.cmd.Stdout, n.cmd.Stderr = logf, logf
-	n.cmd.Env = append(os.Environ(),
+	var extra []string
+	if len(n.Labels) > 0 {
+		extra = append(extra, "NODE_LABELS="+strings.Join(n.Labels, ","))
+	}
+	if n.Flannel {
+		if n.c.Opts.FlannelDir == "" {
+			return errors.New("a flannel node needs Options.FlannelDir (make flannel; VMLANE_FLANNEL_DIR)")
+		}
+		extra = append(extra, "FLANNELD="+filepath.Join(n.c.Opts.FlannelDir, "flanneld"), "FLANNEL_NETWORK="+n.c.Opts.ClusterCIDR.String())
+	}
+	if n.MacStandIn {
+		extra = append(extra, "NO_KUBE_PROXY=1", "VMLANE_BIN="+n.c.Opts.BinDir, "VMLANE_VM_CONF_DIR="+VMConfDir,
+			"SERVICE_CIDR="+controlplane.ServiceCIDR)
+	}
+	n.cmd.Env = append(append(os.Environ(), extra...),
 		"NODE_DIR="+n.Dir, "NODE_NAME="+n.Name, "NODE_IP="+n.nodeIPs(),
 		"NODE_CGROUP="+filepath.Join(n.cgroup, "daemons"),
 		"RUNTIME_BIN="+n.runtimeBin(rtDir), "CNI_BIN="+n.c.Opts.CNIBinDir,

@@ -154,7 +154,6 @@ func (cp *ControlPlane) startControllers() error {
 		"--allocate-node-cidrs=true",
 		"--cluster-cidr=" + cp.clusterCIDRs(),
 		"--node-cidr-mask-size-ipv4=24",
-		"--node-cidr-mask-size-ipv6=64",
 		"--service-cluster-ip-range=" + ServiceCIDR,
 		// Publishes kube-root-ca.crt into every namespace, which every
 		// pod's projected ServiceAccount volume reads: without it pods
@@ -163,6 +162,12 @@ func (cp *ControlPlane) startControllers() error {
 		"--service-account-private-key-file=" + f(saKeyFile),
 		"--cert-dir=" + f("kcm-certs"),
 	}, common...)
+	if cp.clusterCIDR6.IsValid() {
+		// Refused on a single-stack cluster ("usage of
+		// --node-cidr-mask-size-ipv6 is not allowed with single-stack
+		// clusters").
+		kcm = append(kcm, "--node-cidr-mask-size-ipv6=64")
+	}
 	sched := append([]string{
 		"--secure-port=" + strconv.Itoa(schedulerPort),
 		"--cert-dir=" + f("scheduler-certs"),
