@@ -231,10 +231,11 @@ func (c *Controller) logGateways(gws []Route) {
 	same := slices.Equal(gws, c.gateways)
 	c.gateways = gws
 	c.mu.Unlock()
+	if same {
+		return
+	}
 	for _, r := range gws {
-		if !same {
-			c.log.Info("Service gateway", "services", r.Dst, "node", r.Node, "via", r.Via)
-		}
+		c.log.Info("Service gateway", "services", r.Dst, "node", r.Node, "via", r.Via)
 	}
 }
 

@@ -73,8 +73,13 @@ func (o NATOptions) family() int {
 	if o.PodCIDR.IsValid() {
 		return familyIndex(o.PodCIDR)
 	}
-	for _, p := range append(o.Services, o.ServiceClients...) {
-		return familyIndex(p)
+	// Not append(o.Services, o.ServiceClients...): that could write
+	// into the spare capacity of the caller's Services.
+	if len(o.Services) > 0 {
+		return familyIndex(o.Services[0])
+	}
+	if len(o.ServiceClients) > 0 {
+		return familyIndex(o.ServiceClients[0])
 	}
 	return 0
 }

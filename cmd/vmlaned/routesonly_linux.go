@@ -49,9 +49,7 @@ func runRoutesOnly(ctx context.Context, c *config, log *slog.Logger) error {
 	}
 	ctrl := routes.NewController(client, routes.NewKernelTable(), ipt4, ipt6, recorder, routes.NewMetrics(reg), log.With("component", "routes"), routeOptions(c))
 	h.lastOK = ctrl.LastSuccess
-	if err := routes.WatchDeletes(c.RouteProtocol, ctx.Done(), ctrl.Trigger); err != nil {
-		log.Warn("no route-delete events; lost routes come back at the next resync", "err", err)
-	}
+	watchRouteDeletes(ctx, c, ctrl, log)
 	go func() {
 		select {
 		case <-ctx.Done():

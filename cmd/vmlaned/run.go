@@ -86,9 +86,7 @@ func run(ctx context.Context, c *config, log *slog.Logger) error {
 		return err
 	}
 	h.lastOK = ctrl.LastSuccess
-	if err := routes.WatchDeletes(c.RouteProtocol, ctx.Done(), ctrl.Trigger); err != nil {
-		log.Warn("no route-delete events; lost routes come back at the next resync", "err", err)
-	}
+	watchRouteDeletes(ctx, c, ctrl, log)
 	go func() {
 		select {
 		case <-ctx.Done():
@@ -98,4 +96,12 @@ func run(ctx context.Context, c *config, log *slog.Logger) error {
 		p.up(ctx, client, ctrl, recorder, v4, h)
 	}()
 	return ctrl.Run(ctx)
+}
+
+// watchRouteDeletes has ctrl reconcile when the kernel loses one of its
+// routes; without the events, lost routes come back at the next resync.
+func watchRouteDeletes(ctx context.Context, c *config, ctrl *routes.Controller, log *slog.Logger) {
+	if err := routes.WatchDeletes(c.RouteProtocol, ctx.Done(), ctrl.Trigger); err != nil {
+		log.Warn("no route-delete events; lost routes come back at the next resync", "err", err)
+	}
 }

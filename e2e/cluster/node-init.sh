@@ -33,6 +33,19 @@ set -eu
 
 log() { echo "node-init: $*" >&2; }
 
+# wait_for SECONDS WHAT TEST... waits until `test TEST...` holds, polling
+# every 0.1 s; after SECONDS it logs "WHAT in SECONDS s" and fails.
+wait_for() {
+	wait_secs=$1 wait_what=$2
+	shift 2
+	wait_i=0
+	until test "$@"; do
+		wait_i=$((wait_i + 1))
+		[ $wait_i -le $((wait_secs * 10)) ] || { log "$wait_what in $wait_secs s"; return 1; }
+		sleep 0.1
+	done
+}
+
 # 1. The daemons' cgroup, before anything else is started.
 for h in /sys/fs/cgroup/*; do
 	[ -d "$h/$NODE_CGROUP" ] && echo $$ >"$h/$NODE_CGROUP/cgroup.procs"
@@ -79,12 +92,7 @@ export PATH="$RUNTIME_BIN:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 
 # 4. The daemons. Their logs go to the node's folder.
 containerd >"$NODE_DIR/containerd.log" 2>&1 &
-i=0
-until [ -S /run/containerd/containerd.sock ]; do
-	i=$((i + 1))
-	[ $i -le 300 ] || { log "containerd did not create its socket in 30 s"; exit 1; }
-	sleep 0.1
-done
+wait_for 30 "containerd did not create its socket" -S /run/containerd/containerd.sock || exit 1
 for img in $IMAGES; do
 	ctr -n k8s.io images import "$img" >/dev/null || { log "importing $img failed"; exit 1; }
 done
@@ -107,15 +115,10 @@ if [ -n "${FLANNELD:-}" ]; then
 	NODE_NAME=$NODE_NAME "$FLANNELD" --kube-subnet-mgr --kubeconfig-file=/var/lib/kubelet/kubeconfig \
 		--iface=eth0 --ip-masq >"$NODE_DIR/flanneld.log" 2>&1 &
 	(
-		i=0
-		until [ -s /run/flannel/subnet.env ]; do
-			i=$((i + 1))
-			[ $i -le 1200 ] || { log "flanneld wrote no subnet.env in 120 s"; exit 1; }
-			sleep 0.1
-		done
+		wait_for 120 "flanneld wrote no subnet.env" -s /run/flannel/subnet.env || exit 1
 		. /run/flannel/subnet.env
 		# FLANNEL_SUBNET is the bridge's address (10.244.1.1/24): host-local
-		# takes the network.
+		# takes the network (node IPAM's /24s here: the last byte is 0).
 		net=${FLANNEL_SUBNET%.*/*}.0/${FLANNEL_SUBNET#*/}
 		printf '{"cniVersion": "1.0.0", "name": "cbr0", "plugins": [{"type": "bridge", "bridge": "cni0", "isGateway": true, "isDefaultGateway": true, "ipMasq": false, "hairpinMode": true, "mtu": %s, "ipam": {"type": "host-local", "ranges": [[{"subnet": "%s"}]]}}]}\n' \
 			"$FLANNEL_MTU" "$net" >/etc/cni/net.d/.10-flannel.conflist.tmp

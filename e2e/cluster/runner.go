@@ -120,6 +120,16 @@ func (r *Runner) Error(args ...any) { r.fail(); r.Log(args...) }
 func (r *Runner) Errorf(format string, args ...any) { r.fail(); r.Logf(format, args...) }
 
 // Fatal marks the run failed and stops the caller (see Run).
+// Env returns the environment variable name, which `make e2e` sets; a
+// suite cannot run without it.
+func (r *Runner) Env(name string) string {
+	v := os.Getenv(name)
+	if v == "" {
+		r.Fatal(name + " is not set: `make e2e` sets it")
+	}
+	return v
+}
+
 func (r *Runner) Fatal(args ...any) { r.fail(); r.stop(fmt.Sprint(args...)) }
 
 // Fatalf marks the run failed and stops the caller (see Run).

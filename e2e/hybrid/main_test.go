@@ -36,16 +36,8 @@ func TestMain(m *testing.M) {
 	os.Exit(cluster.SuiteMain(m, "e2e-hybrid", setup))
 }
 
-func env(r *cluster.Runner, name string) string {
-	v := os.Getenv(name)
-	if v == "" {
-		r.Fatal(name + " is not set: `make e2e` sets it")
-	}
-	return v
-}
-
 func setup(r *cluster.Runner) {
-	images := env(r, "VMLANE_IMAGE_DIR")
+	images := r.Env("VMLANE_IMAGE_DIR")
 	overlay, err := filepath.Abs("../overlay-hybrid")
 	if err != nil {
 		r.Fatal(err)
@@ -55,9 +47,9 @@ func setup(r *cluster.Runner) {
 		Overlay:      overlay,
 		DeferOverlay: true,
 		Images:       []string{filepath.Join(images, "vmlane.tar"), filepath.Join(images, "pause.tar"), filepath.Join(images, "busybox.tar")},
-		CNIBinDir:    env(r, "VMLANE_CNI_PLUGINS_DIR"),
-		BinDir:       env(r, "VMLANE_BIN_DIR"),
-		FlannelDir:   env(r, "VMLANE_FLANNEL_DIR"),
+		CNIBinDir:    r.Env("VMLANE_CNI_PLUGINS_DIR"),
+		BinDir:       r.Env("VMLANE_BIN_DIR"),
+		FlannelDir:   r.Env("VMLANE_FLANNEL_DIR"),
 		Log:          os.Stderr,
 		RealNodes: []cluster.RealNodeSpec{
 			{Name: "flannel-a", IP: netip.MustParseAddr("10.99.0.11"), Runtime: cluster.Containerd, Flannel: true},

@@ -31,17 +31,8 @@ func TestMain(m *testing.M) {
 	os.Exit(cluster.SuiteMain(m, "e2e-realnode", setup))
 }
 
-// env returns the environment variable name, which `make e2e` sets.
-func env(r *cluster.Runner, name string) string {
-	v := os.Getenv(name)
-	if v == "" {
-		r.Fatal(name + " is not set: `make e2e` sets it")
-	}
-	return v
-}
-
 func setup(r *cluster.Runner) {
-	images := env(r, "VMLANE_IMAGE_DIR")
+	images := r.Env("VMLANE_IMAGE_DIR")
 	overlay, err := filepath.Abs("../overlay")
 	if err != nil {
 		r.Fatal(err)
@@ -49,7 +40,7 @@ func setup(r *cluster.Runner) {
 	c = cluster.NewReal(r, cluster.Options{
 		Overlay:   overlay,
 		Images:    []string{filepath.Join(images, "vmlane.tar"), filepath.Join(images, "pause.tar"), filepath.Join(images, "busybox.tar")},
-		CNIBinDir: env(r, "VMLANE_CNI_PLUGINS_DIR"),
+		CNIBinDir: r.Env("VMLANE_CNI_PLUGINS_DIR"),
 		Log:       os.Stderr,
 		RealNodes: []cluster.RealNodeSpec{
 			// Dual-stack: the controller manager gives each node an
