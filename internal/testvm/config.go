@@ -60,6 +60,13 @@ type Config struct {
 	Ping []string
 	// PingCount is the number of echo requests per target (default 3).
 	PingCount int
+	// Fetch lists http:// URLs the guest GETs once, after its pings, each
+	// reported in Result.Fetches: how a test sees what a guest reaches
+	// through a pod's network (a Service's ClusterIP, which answers no
+	// ping) where no command can be sent to it (a guest in a pod, whose
+	// console is the container's log). A URL is printable ASCII without
+	// spaces or commas (the command line's separators).
+	Fetch []string
 	// Hold keeps the guest running after its pings, answering pings from
 	// others, serving http://IP/cgi-bin/whoami and taking commands
 	// ([VM.Ping], [VM.Fetch]), until [VM.Stop] or the context or Timeout
@@ -131,6 +138,11 @@ func (c Config) withDefaults() (Config, error) {
 			errs = append(errs, fmt.Errorf("bad ping target: %w", err))
 		}
 	}
+	for _, u := range c.Fetch {
+		if err := checkBootURL(u); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if c.PingCount < 0 {
 		errs = append(errs, fmt.Errorf("negative ping count %d", c.PingCount))
 	}
@@ -144,6 +156,17 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("testvm: config: %w", err)
 	}
 	return c, nil
+}
+
+// checkBootURL checks a Config.Fetch URL: it goes on the kernel command
+// line, where a space would end it and a comma split it, and into a
+// console report, where it must stay one word.
+func checkBootURL(u string) error {
+	rest, ok := strings.CutPrefix(u, "http://")
+	if !ok || rest == "" || len(u) > maxURL || strings.IndexFunc(u, func(r rune) bool { return r <= ' ' || r > '~' || r == ',' || r == '"' || r == '\'' }) >= 0 {
+		return fmt.Errorf("bad fetch URL %q: want an http:// URL of printable ASCII without spaces, commas or quotes, at most %d bytes", u, maxURL)
+	}
+	return nil
 }
 
 // randomMAC returns a random unicast, locally administered MAC address.
@@ -182,6 +205,9 @@ func (c Config) kernelCmdline() string {
 	}
 	if c.IPv6 {
 		args = append(args, "vmlane.ip6=dhcp")
+	}
+	if len(c.Fetch) > 0 {
+		args = append(args, "vmlane.fetch="+strings.Join(c.Fetch, ","))
 	}
 	return strings.Join(args, " ")
 }

@@ -49,6 +49,9 @@ func TestConfigErrors(t *testing.T) {
 		{"long mac", Config{Tap: "tap0", Mode: ModeDHCP, MAC: "00:00:00:00:fe:80:00:00"}, "bad mac"},
 		{"gateway smuggling an option", Config{Tap: "tap0", IP: "10.0.0.2/24", Gateway: "10.0.0.1 vmlane.hold=1"}, "bad gateway"},
 		{"bad ping target", Config{Tap: "tap0", IP: "10.0.0.2/24", Ping: []string{"10.0.0.1,10.0.0.3"}}, "bad ping target"},
+		{"fetch URL smuggling an option", Config{Tap: "tap0", Mode: ModeDHCP, Fetch: []string{"http://x/ vmlane.hold=1"}}, "bad fetch URL"},
+		{"fetch URL splitting the list", Config{Tap: "tap0", Mode: ModeDHCP, Fetch: []string{"http://x/a,b"}}, "bad fetch URL"},
+		{"fetch URL not http", Config{Tap: "tap0", Mode: ModeDHCP, Fetch: []string{"https://x/"}}, "bad fetch URL"},
 		{"negative timeout", Config{Tap: "tap0", IP: "10.0.0.2/24", Timeout: -time.Second}, "negative timeout"},
 		{"ipv6 in static mode", Config{Tap: "tap0", IP: "10.0.0.2/24", IPv6: true}, "IPv6 needs dhcp mode"},
 	}
@@ -96,6 +99,13 @@ func TestCommand(t *testing.T) {
 			want: append([]string{"nsenter", "--net=/proc/42/ns/net", "--"},
 				qemu("console=ttyS0 quiet loglevel=1 panic=-1 vmlane.mode=dhcp vmlane.mac=52:54:00:00:00:02 "+
 					"vmlane.pingcount=1 vmlane.ping=10.99.0.1,10.99.0.3 vmlane.hold=1")...),
+		},
+		{
+			name: "boot-time fetches",
+			cfg: Config{Tap: "tap0", MAC: "52:54:00:00:00:02", Mode: ModeDHCP,
+				Fetch: []string{"http://10.96.0.10/cgi-bin/whoserves", "http://10.96.0.11:8080/x?a=b"}},
+			want: qemu("console=ttyS0 quiet loglevel=1 panic=-1 vmlane.mode=dhcp vmlane.mac=52:54:00:00:00:02 " +
+				"vmlane.pingcount=3 vmlane.fetch=http://10.96.0.10/cgi-bin/whoserves,http://10.96.0.11:8080/x?a=b"),
 		},
 		{
 			name: "own namespace",

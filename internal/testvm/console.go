@@ -25,6 +25,7 @@ const (
 	kindNet6  = "NET6"  // IPv6 configured (vmlane.ip6=dhcp): iface ip6 gw6
 	kindDHCP6 = "DHCP6" // one udhcpc6 event, with the address on bound/renew
 	kindPing  = "PING"  // target ok|fail sent recv
+	kindFetch = "FETCH" // url ok body | url fail msg (vmlane.fetch)
 	kindError = "ERROR" // msg
 	kindHold  = "HOLD"  // pings done, staying up, reading commands
 	kindDone  = "DONE"  // errors uptime, just before poweroff
@@ -94,6 +95,8 @@ type Result struct {
 	DHCP6Events []string
 	// Pings holds one entry per ping target, in order.
 	Pings []PingResult
+	// Fetches holds one entry per Config.Fetch URL, in order.
+	Fetches []FetchResult
 	// Errors holds the guest's VMLANE-ERROR messages and reports this
 	// package could not parse.
 	Errors []string
@@ -174,6 +177,16 @@ type PingResult struct {
 	RTT time.Duration
 }
 
+// FetchResult is a VMLANE-FETCH report: a boot-time GET of Config.Fetch.
+type FetchResult struct {
+	URL string
+	OK  bool
+	// Body is the first line of the body, with _ for every space (as
+	// [VM.Fetch] gets it before turning them back); Err is wget's message
+	// when the GET failed, its underscores turned back into spaces.
+	Body, Err string
+}
+
 // Ping returns the result for target, ok false if it was not pinged.
 func (r *Result) Ping(target string) (p PingResult, ok bool) {
 	for _, p := range r.Pings {
@@ -182,6 +195,18 @@ func (r *Result) Ping(target string) (p PingResult, ok bool) {
 		}
 	}
 	return PingResult{}, false
+}
+
+// ParseConsole reads a whole console transcript, such as a VM pod's log,
+// into a Result (without its times, which only a live run knows).
+func ParseConsole(text string) Result {
+	r := Result{Console: text}
+	for _, line := range strings.Split(text, "\n") {
+		if ev, ok := parseLine(line); ok {
+			r.apply(ev, 0)
+		}
+	}
+	return r
 }
 
 // apply records ev, seen at time at since start, in r.
@@ -210,6 +235,10 @@ func (r *Result) apply(ev event, at time.Duration) {
 		var p PingResult
 		p, err = parsePing(ev)
 		r.Pings = append(r.Pings, p)
+	case kindFetch:
+		var f FetchResult
+		f, err = parseFetch(ev)
+		r.Fetches = append(r.Fetches, f)
 	case kindError:
 		r.Errors = append(r.Errors, "guest: "+strings.ReplaceAll(ev.fields["msg"], "_", " "))
 	case kindHold:
@@ -311,6 +340,15 @@ func parseRoute(s string) (Route, error) {
 		r.Gateway = netip.Addr{}
 	}
 	return r, nil
+}
+
+func parseFetch(ev event) (FetchResult, error) {
+	f := FetchResult{URL: ev.fields["url"], Body: ev.fields["body"], Err: strings.ReplaceAll(ev.fields["msg"], "_", " ")}
+	if len(ev.words) != 1 || (ev.words[0] != "ok" && ev.words[0] != "fail") {
+		return f, fmt.Errorf("want one word, ok or fail, got %q", ev.words)
+	}
+	f.OK = ev.words[0] == "ok"
+	return f, nil
 }
 
 func parsePing(ev event) (PingResult, error) {

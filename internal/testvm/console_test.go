@@ -145,6 +145,22 @@ func TestResultApply(t *testing.T) {
 			},
 		},
 		{
+			name: "boot-time fetches",
+			lines: []string{
+				"VMLANE-FETCH url=http://10.96.0.10/cgi-bin/whoserves ok body=10.99.0.11_web-abc",
+				"VMLANE-FETCH url=http://10.96.0.11/ fail msg=wget:_can't_connect_to_remote_host",
+				"VMLANE-FETCH url=http://10.96.0.12/ maybe",
+			},
+			want: Result{
+				Fetches: []FetchResult{
+					{URL: "http://10.96.0.10/cgi-bin/whoserves", OK: true, Body: "10.99.0.11_web-abc"},
+					{URL: "http://10.96.0.11/", Err: "wget: can't connect to remote host"},
+					{URL: "http://10.96.0.12/"},
+				},
+				Errors: []string{`parsing "VMLANE-FETCH maybe url=http://10.96.0.12/": want one word, ok or fail, got ["maybe"]`},
+			},
+		},
+		{
 			name: "unparsable reports become errors",
 			lines: []string{
 				"VMLANE-PING target=10.0.0.1 maybe",
@@ -180,6 +196,21 @@ func TestResultApply(t *testing.T) {
 				t.Errorf("result:\n got %s\nwant %s", dump(got), dump(tt.want))
 			}
 		})
+	}
+}
+
+// TestParseConsole reads a pod's log: other lines between the reports.
+func TestParseConsole(t *testing.T) {
+	log := "vm-launcher: pod IP 10.244.2.5\n[    1.2] virtio_net\r\nVMLANE-PING target=10.244.0.3 ok sent=3 recv=3 rtt=1.0\r\n" +
+		"VMLANE-FETCH url=http://10.96.0.10/cgi-bin/whoserves ok body=10.99.0.11_web-1\r\nVMLANE-HOLD uptime=9.5\n"
+	got := ParseConsole(log)
+	want := Result{
+		Pings:   []PingResult{{Target: "10.244.0.3", OK: true, Sent: 3, Recv: 3, RTT: time.Millisecond}},
+		Fetches: []FetchResult{{URL: "http://10.96.0.10/cgi-bin/whoserves", OK: true, Body: "10.99.0.11_web-1"}},
+		Held:    true, Uptime: 9500 * time.Millisecond, Console: log,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("ParseConsole:\n got %s\nwant %s", dump(got), dump(want))
 	}
 }
 

@@ -256,12 +256,13 @@ func TestGuestCommands(t *testing.T) {
 	ip(t, "-n", ns, "link", "add", "br0", "type", "bridge")
 	ip(t, "-n", ns, "addr", "add", "10.99.0.1/24", "dev", "br0")
 	ip(t, "-n", ns, "link", "set", "br0", "up")
-	start := func(tap, addr string) *VM {
+	start := func(tap, addr string, fetch ...string) *VM {
 		t.Helper()
 		addTap(t, ns, tap, "")
 		ip(t, "-n", ns, "link", "set", tap, "master", "br0")
 		vm, err := g.Start(t.Context(), Config{
 			NetNS: ns, Tap: tap, IP: addr, Gateway: "10.99.0.1", PingCount: 1, Hold: true, Timeout: 90 * time.Second,
+			Fetch: fetch,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -274,7 +275,12 @@ func TestGuestCommands(t *testing.T) {
 		return vm
 	}
 	a := start("tap0", "10.99.0.2/24")
-	b := start("tap1", "10.99.0.3/24")
+	if _, err := a.Held(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	// B, once A serves, GETs A's whoami and a port nobody listens on at
+	// boot (vmlane.fetch), as a guest in a pod does.
+	b := start("tap1", "10.99.0.3/24", "http://10.99.0.2/cgi-bin/whoami", "http://10.99.0.1:9/")
 	for _, vm := range []*VM{a, b} {
 		res, err := vm.Held(t.Context())
 		if err != nil {
@@ -284,6 +290,11 @@ func TestGuestCommands(t *testing.T) {
 		if p, ok := res.Ping("10.99.0.1"); !ok || !p.OK || p.RTT <= 0 {
 			t.Errorf("boot ping of the gateway: %+v (reported %v), want ok with an rtt", p, ok)
 		}
+	}
+	res, _ := b.Held(t.Context())
+	want := []FetchResult{{URL: "http://10.99.0.2/cgi-bin/whoami", OK: true, Body: "10.99.0.3"}, {URL: "http://10.99.0.1:9/"}}
+	if len(res.Fetches) != 2 || res.Fetches[0] != want[0] || res.Fetches[1].URL != want[1].URL || res.Fetches[1].OK || res.Fetches[1].Err == "" {
+		t.Errorf("B's boot-time fetches: %+v; want %+v, the second with wget's error", res.Fetches, want)
 	}
 
 	began := time.Now()
