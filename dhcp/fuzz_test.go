@@ -103,7 +103,7 @@ func FuzzParseUDP6(f *testing.F) {
 	f.Add(b)
 	f.Add(b[:47])
 	f.Fuzz(func(t *testing.T, b []byte) {
-		_, p, ok := parseUDP6(b)
+		_, _, p, ok := parseUDP6(b)
 		if ok && (len(b) < 48 || len(p) > len(b)-48) {
 			t.Fatalf("payload of %d bytes from a packet of %d", len(p), len(b))
 		}

@@ -65,6 +65,10 @@ const (
 	// DropServerID is a message that must not carry a server identifier
 	// but does (SOLICIT, REBIND, CONFIRM) or must and does not.
 	DropServerID = "server_id"
+	// DropUnicast is a SOLICIT, REBIND, CONFIRM or INFORMATION-REQUEST
+	// sent to the server's unicast address (RFC 8415 §16: discarded;
+	// the other messages get UseMulticast).
+	DropUnicast = "unicast"
 )
 
 // Handler6 turns DHCPv6 requests into replies, as [Handler] does for
@@ -130,17 +134,47 @@ func (h *Handler6) ServerID() dhcpv6.DUID { return h.duid }
 //     address the client lists comes back with lifetimes 0, and a MAC
 //     with no address gets NoAddrsAvail (REQUEST) or NoBinding (RENEW).
 //   - RELEASE, DECLINE: the binding ends, or the address is quarantined
-//     for Config6.Quarantine (the VM's reservation stays); REPLY Success.
+//     for Config6.Quarantine (the VM's reservation stays); REPLY Success,
+//     with NoBinding in each IA_NA that lists no address of the client's.
 //   - CONFIRM: Success when every address listed is in Subnet6, else
 //     NotOnLink.
 //   - INFORMATION-REQUEST: the DNS options alone.
 //
 // REQUEST, RENEW, RELEASE and DECLINE naming another server are dropped,
-// and so are SOLICIT, REBIND and CONFIRM naming any.
-func (h *Handler6) Handle(req *dhcpv6.Message, mac net.HardwareAddr) (reply *dhcpv6.Message, err error) {
+// and so are SOLICIT, REBIND and CONFIRM naming any, and an
+// INFORMATION-REQUEST carrying an IA (RFC 8415 §16.12). Only IA_NA is
+// served: a message with none binds nothing (SOLICIT and REQUEST get
+// NoAddrsAvail), and each IA_PD comes back with NoPrefixAvail.
+//
+// Handle serves a message sent to the multicast address; see
+// [Handler6.HandleFrom] for one sent to the server's own address.
+func (h *Handler6) Handle(req *dhcpv6.Message, mac net.HardwareAddr) (*dhcpv6.Message, error) {
+	reply, _, err := h.HandleFrom(req, mac, false)
+	return reply, err
+}
+
+// HandleFrom is Handle for a message whose IPv6 destination was
+// multicast (ff02::1:2) or, with unicast, the server's own address, which
+// this server never offers (no Server Unicast option): a SOLICIT, REBIND,
+// CONFIRM or INFORMATION-REQUEST is then dropped, and a REQUEST, RENEW,
+// RELEASE or DECLINE answered with UseMulticast alone (RFC 8415 §16,
+// §18.4), so the client sends it again to ff02::1:2.
+//
+// undo, when not nil, reverts the binding a Rapid Commit REPLY made: the
+// caller calls it when that reply could not be sent, so that no binding
+// stays recorded for a client that never learnt of it.
+func (h *Handler6) HandleFrom(req *dhcpv6.Message, mac net.HardwareAddr, unicast bool) (reply *dhcpv6.Message, undo func() error, err error) {
+	reply, undo, err = h.handle(req, mac, unicast)
+	if err != nil || reply == nil {
+		undo = nil
+	}
+	return reply, undo, err
+}
+
+func (h *Handler6) handle(req *dhcpv6.Message, mac net.HardwareAddr, unicast bool) (reply *dhcpv6.Message, undo func() error, err error) {
 	if req == nil || len(mac) != 6 {
 		h.drop(DropMalformed)
-		return nil, nil
+		return nil, nil, nil
 	}
 	t := req.MessageType
 	h.request(t)
@@ -160,89 +194,146 @@ func (h *Handler6) Handle(req *dhcpv6.Message, mac net.HardwareAddr) (reply *dhc
 	case dhcpv6.MessageTypeSolicit, dhcpv6.MessageTypeRequest, dhcpv6.MessageTypeRenew,
 		dhcpv6.MessageTypeRebind, dhcpv6.MessageTypeRelease, dhcpv6.MessageTypeDecline, dhcpv6.MessageTypeConfirm:
 		if cid == nil {
-			return h.dropped(DropMalformed, t, mac, "no client identifier")
+			return h.dropped3(DropMalformed, t, mac, "no client identifier")
 		}
 	case dhcpv6.MessageTypeInformationRequest:
+		if len(req.Options.IANA()) > 0 || len(req.Options.IATA()) > 0 || len(req.Options.IAPD()) > 0 {
+			return h.dropped3(DropMalformed, t, mac, "INFORMATION-REQUEST carries an IA (RFC 8415 §16.12)")
+		}
 	default:
-		return h.dropped(DropUnsupported, t, mac, "not a client message this server handles")
+		return h.dropped3(DropUnsupported, t, mac, "not a client message this server handles")
 	}
 	switch t {
 	case dhcpv6.MessageTypeSolicit, dhcpv6.MessageTypeRebind, dhcpv6.MessageTypeConfirm:
 		if sid != nil {
-			return h.dropped(DropServerID, t, mac, "carries a server identifier")
+			return h.dropped3(DropServerID, t, mac, "carries a server identifier")
 		}
 	case dhcpv6.MessageTypeRequest, dhcpv6.MessageTypeRenew, dhcpv6.MessageTypeRelease, dhcpv6.MessageTypeDecline:
 		if sid == nil {
-			return h.dropped(DropServerID, t, mac, "has no server identifier")
+			return h.dropped3(DropServerID, t, mac, "has no server identifier")
 		}
 		if !ours {
-			return h.dropped(DropOtherServer, t, mac, "names another server")
+			return h.dropped3(DropOtherServer, t, mac, "names another server")
 		}
 	case dhcpv6.MessageTypeInformationRequest:
 		if sid != nil && !ours {
-			return h.dropped(DropOtherServer, t, mac, "names another server")
+			return h.dropped3(DropOtherServer, t, mac, "names another server")
+		}
+	}
+	if unicast {
+		switch t {
+		case dhcpv6.MessageTypeRequest, dhcpv6.MessageTypeRenew, dhcpv6.MessageTypeRelease, dhcpv6.MessageTypeDecline:
+			h.log.Debug("unicast message: UseMulticast", "type", t, "mac", mac.String())
+			return h.reply(req, &dhcpv6.OptStatusCode{StatusCode: iana.StatusUseMulticast, StatusMessage: "send to ff02::1:2"}), nil, nil
+		default:
+			return h.dropped3(DropUnicast, t, mac, "sent to the server's unicast address (RFC 8415 §16)")
 		}
 	}
 	switch t {
 	case dhcpv6.MessageTypeConfirm:
-		return h.confirm(req, mac)
+		r, err := h.confirm(req, mac)
+		return r, nil, err
 	case dhcpv6.MessageTypeInformationRequest:
-		return h.reply(req, h.dnsOptions()...), nil
+		return h.reply(req, h.dnsOptions()...), nil, nil
 	}
 	l, ok, err := h.alloc.Lookup(mac)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ok = ok && l.IP6.IsValid()
 	if ok && l.State6 == leases.StateDeclined {
 		if t == dhcpv6.MessageTypeSolicit {
-			return h.dropped(DropDeclined, t, mac, "its address "+l.IP6.String()+" is quarantined")
+			return h.dropped3(DropDeclined, t, mac, "its address "+l.IP6.String()+" is quarantined")
 		}
 		ok = false
 	}
+	hasIANA := len(req.Options.IANA()) > 0
 	switch t {
 	case dhcpv6.MessageTypeSolicit:
 		if !ok {
-			return h.dropped(DropNoIP6, t, mac, "no IPv6 address is reserved for the MAC")
+			return h.dropped3(DropNoIP6, t, mac, "no IPv6 address is reserved for the MAC")
+		}
+		if !hasIANA {
+			// §18.3.1: an Advertise with NoAddrsAvail alone, with
+			// Rapid Commit or not (nothing is bound).
+			return h.message(req, dhcpv6.MessageTypeAdvertise, h.noAddrs(req)...), nil, nil
 		}
 		if req.GetOneOption(dhcpv6.OptionRapidCommit) != nil {
 			return h.bind(req, mac, l, true)
 		}
-		return h.advertise(req, l), nil
+		return h.advertise(req, l), nil, nil
 	case dhcpv6.MessageTypeRequest, dhcpv6.MessageTypeRenew, dhcpv6.MessageTypeRebind:
-		if ok {
+		switch {
+		case ok && hasIANA:
 			return h.bind(req, mac, l, false)
+		case ok && t == dhcpv6.MessageTypeRequest:
+			return h.reply(req, h.noAddrs(req)...), nil, nil
+		case ok:
+			// A RENEW or REBIND of no IA_NA: nothing to extend.
+			return h.reply(req, append(h.iapds(req, iana.StatusNoBinding), h.dnsOptions()...)...), nil, nil
 		}
-		return h.noBinding(req, mac)
+		r, err := h.noBinding(req, mac)
+		return r, nil, err
 	case dhcpv6.MessageTypeRelease:
-		return h.release(req, mac, l, ok)
+		r, err := h.release(req, mac, l, ok)
+		return r, nil, err
 	default: // DECLINE
-		return h.decline(req, mac, l, ok)
+		r, err := h.decline(req, mac, l, ok)
+		return r, nil, err
 	}
 }
 
 // advertise offers l's address in the client's first IA_NA.
 func (h *Handler6) advertise(req *dhcpv6.Message, l leases.Lease) *dhcpv6.Message {
-	opts := append(h.ianas(req, l.IP6), dhcpv6.OptPreference(255))
+	opts := append(h.ianas(req, l.IP6), h.iapds(req, iana.StatusNoPrefixAvail)...)
+	opts = append(opts, dhcpv6.OptPreference(255))
 	return h.message(req, dhcpv6.MessageTypeAdvertise, append(opts, h.dnsOptions()...)...)
 }
 
-// bind records the binding and replies with it.
-func (h *Handler6) bind(req *dhcpv6.Message, mac net.HardwareAddr, l leases.Lease, rapid bool) (*dhcpv6.Message, error) {
+// bind records the binding and replies with it. undo, for a Rapid Commit
+// reply, reverts a binding that did not exist before.
+func (h *Handler6) bind(req *dhcpv6.Message, mac net.HardwareAddr, l leases.Lease, rapid bool) (*dhcpv6.Message, func() error, error) {
 	if _, err := h.alloc.Bind6(mac, l.IP6, h.now().Add(h.cfg.LeaseTime)); err != nil {
 		if errors.Is(err, leases.ErrConflict) || errors.Is(err, leases.ErrNotFound) {
 			// The lease changed between the lookup and the bind (a CNI
 			// DEL): the client asks again.
-			return h.dropped(DropNotLeased, req.MessageType, mac, err.Error())
+			return h.dropped3(DropNotLeased, req.MessageType, mac, err.Error())
 		}
-		return nil, err
+		return nil, nil, err
 	}
-	opts := h.ianas(req, l.IP6)
+	opts := append(h.ianas(req, l.IP6), h.iapds(req, iana.StatusNoPrefixAvail)...)
+	var undo func() error
 	if rapid {
 		opts = append(opts, &dhcpv6.OptionGeneric{OptionCode: dhcpv6.OptionRapidCommit})
+		if l.State6 != leases.StateBound {
+			undo = func() error {
+				_, _, err := h.alloc.Release6(mac, l.IP6)
+				h.log.Info("rapid commit reply not sent: binding undone", "mac", mac.String(), "ip6", l.IP6, "err", err)
+				return err
+			}
+		}
 	}
 	h.log.Debug("bound", "type", req.MessageType, "mac", mac.String(), "ip6", l.IP6)
-	return h.reply(req, append(opts, h.dnsOptions()...)...), nil
+	return h.reply(req, append(opts, h.dnsOptions()...)...), undo, nil
+}
+
+// noAddrs is the answer to a SOLICIT or REQUEST with no IA_NA (RFC 8415
+// §18.3.1): NoAddrsAvail, and each IA_PD with NoPrefixAvail.
+func (h *Handler6) noAddrs(req *dhcpv6.Message) []dhcpv6.Option {
+	return append(h.iapds(req, iana.StatusNoPrefixAvail),
+		&dhcpv6.OptStatusCode{StatusCode: iana.StatusNoAddrsAvail, StatusMessage: "only IA_NA addresses are served"})
+}
+
+// iapds answers each of the client's IA_PDs with code: this server
+// delegates no prefixes.
+func (h *Handler6) iapds(req *dhcpv6.Message, code iana.StatusCode) []dhcpv6.Option {
+	var out []dhcpv6.Option
+	for _, pd := range req.Options.IAPD() {
+		o := &dhcpv6.OptIAPD{IaId: pd.IaId}
+		o.Options.Add(&dhcpv6.OptStatusCode{StatusCode: code, StatusMessage: "no prefix delegation"})
+		out = append(out, o)
+	}
+	return out
 }
 
 // noBinding answers a REQUEST, RENEW or REBIND from a MAC with no address
@@ -273,6 +364,9 @@ func (h *Handler6) noBinding(req *dhcpv6.Message, mac net.HardwareAddr) (*dhcpv6
 	return h.reply(req, opts...), nil
 }
 
+// release ends the binding of the client's address when an IA_NA lists
+// it (RFC 8415 §18.3.7); every IA_NA that lists none of the client's
+// addresses comes back with NoBinding.
 func (h *Handler6) release(req *dhcpv6.Message, mac net.HardwareAddr, l leases.Lease, ok bool) (*dhcpv6.Message, error) {
 	if ok && h.lists(req, l.IP6) {
 		if _, _, err := h.alloc.Release6(mac, l.IP6); err != nil {
@@ -280,9 +374,11 @@ func (h *Handler6) release(req *dhcpv6.Message, mac net.HardwareAddr, l leases.L
 		}
 		h.log.Info("released", "mac", mac.String(), "ip6", l.IP6)
 	}
-	return h.reply(req, &dhcpv6.OptStatusCode{StatusCode: iana.StatusSuccess}), nil
+	return h.reply(req, h.ended(req, l.IP6, ok)...), nil
 }
 
+// decline quarantines the client's address when an IA_NA lists it (RFC
+// 8415 §18.3.8), answering as release does.
 func (h *Handler6) decline(req *dhcpv6.Message, mac net.HardwareAddr, l leases.Lease, ok bool) (*dhcpv6.Message, error) {
 	if ok && h.lists(req, l.IP6) {
 		until := h.now().Add(h.cfg.Quarantine)
@@ -291,7 +387,28 @@ func (h *Handler6) decline(req *dhcpv6.Message, mac net.HardwareAddr, l leases.L
 		}
 		h.log.Error("a VM found its reserved IPv6 address in use on the bridge; quarantined", "mac", mac.String(), "ip6", l.IP6, "until", until.UTC())
 	}
-	return h.reply(req, &dhcpv6.OptStatusCode{StatusCode: iana.StatusSuccess}), nil
+	return h.reply(req, h.ended(req, l.IP6, ok)...), nil
+}
+
+// ended is a RELEASE's or DECLINE's reply: NoBinding in each IA_NA that
+// does not list ip6 (or all of them, when the client has no address),
+// then Success.
+func (h *Handler6) ended(req *dhcpv6.Message, ip6 netip.Addr, ok bool) []dhcpv6.Option {
+	var out []dhcpv6.Option
+	for _, ia := range req.Options.IANA() {
+		mine := false
+		for _, a := range ia.Options.Addresses() {
+			if got, valid := netip.AddrFromSlice(a.IPv6Addr); valid && ok && got == ip6 {
+				mine = true
+			}
+		}
+		if !mine {
+			o := &dhcpv6.OptIANA{IaId: ia.IaId}
+			o.Options.Add(&dhcpv6.OptStatusCode{StatusCode: iana.StatusNoBinding, StatusMessage: "no binding for this IA"})
+			out = append(out, o)
+		}
+	}
+	return append(out, &dhcpv6.OptStatusCode{StatusCode: iana.StatusSuccess})
 }
 
 // confirm says whether the addresses a client lists are on this link
@@ -399,4 +516,10 @@ func (h *Handler6) dropped(reason string, t dhcpv6.MessageType, mac net.Hardware
 	h.drop(reason)
 	h.log.Debug("dropped", "type", t, "mac", mac.String(), "reason", reason, "why", msg)
 	return nil, nil
+}
+
+// dropped3 is dropped for handle's three results.
+func (h *Handler6) dropped3(reason string, t dhcpv6.MessageType, mac net.HardwareAddr, msg string) (*dhcpv6.Message, func() error, error) {
+	r, err := h.dropped(reason, t, mac, msg)
+	return r, nil, err
 }

@@ -77,6 +77,17 @@ func msg6(t dhcpv6.MessageType, addrs []string, opts ...dhcpv6.Option) *dhcpv6.M
 	return m
 }
 
+// bare6 is msg6 without the IA_NA: a client message with a client
+// identifier and opts.
+func bare6(t dhcpv6.MessageType, opts ...dhcpv6.Option) *dhcpv6.Message {
+	m := msg6(t, nil, opts...)
+	m.Options.Del(dhcpv6.OptionIANA)
+	return m
+}
+
+// iapd is an IA_PD asking for any prefix.
+var iapd = &dhcpv6.OptIAPD{IaId: [4]byte{0, 0, 0, 9}}
+
 // summary renders a reply as one line: type, server id?, each IA_NA's
 // addresses with lifetimes and status, the top-level status, DNS.
 func summary(m *dhcpv6.Message) string {
@@ -94,6 +105,13 @@ func summary(m *dhcpv6.Message) string {
 			parts = append(parts, st.StatusCode.String())
 		}
 		s += strings.Join(parts, " ") + ")"
+	}
+	for _, pd := range m.Options.IAPD() {
+		s += " IA_PD("
+		if st := pd.Options.Status(); st != nil {
+			s += st.StatusCode.String()
+		}
+		s += ")"
 	}
 	if st := m.Options.Status(); st != nil {
 		s += " status=" + st.StatusCode.String()
@@ -119,79 +137,111 @@ func TestHandler6Messages(t *testing.T) {
 	otherSID := dhcpv6.OptServerID(&dhcpv6.DUIDLL{HWType: iana.HWTypeEthernet, LinkLayerAddr: strayMAC})
 	rapid := &dhcpv6.OptionGeneric{OptionCode: dhcpv6.OptionRapidCommit}
 	for _, tc := range []struct {
-		name  string
-		mac   net.HardwareAddr
-		msg   func(h *Handler6) *dhcpv6.Message
-		want  string
-		state string // the lease's state6 after, "" for reserved
-		drop  string
+		name    string
+		mac     net.HardwareAddr
+		msg     func(h *Handler6) *dhcpv6.Message
+		want    string
+		state   string // the lease's state6 after, "" for reserved
+		drop    string
+		unicast bool // sent to the server's own address
 	}{
 		{"solicit", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeSolicit, nil) },
-			"ADVERTISE IA_NA(" + ours + "/1h0m0s) pref dns=fd00:96::a search", "", ""},
+			"ADVERTISE IA_NA(" + ours + "/1h0m0s) pref dns=fd00:96::a search", "", "", false},
 		{"solicit with rapid commit", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeSolicit, nil, rapid) },
-			"REPLY IA_NA(" + ours + "/1h0m0s) rapid dns=fd00:96::a search", "bound", ""},
+			"REPLY IA_NA(" + ours + "/1h0m0s) rapid dns=fd00:96::a search", "bound", "", false},
 		{"solicit from a MAC with no IPv6 address", strayMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeSolicit, nil) },
-			"(no reply)", "", DropNoIP6},
+			"(no reply)", "", DropNoIP6, false},
 		{"solicit from an unknown MAC", net.HardwareAddr{2, 0, 0, 0, 0, 1}, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeSolicit, nil) },
-			"(no reply)", "", DropNoIP6},
+			"(no reply)", "", DropNoIP6, false},
 		{"solicit naming a server", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeSolicit, nil, sid(h)) },
-			"(no reply)", "", DropServerID},
+			"(no reply)", "", DropServerID, false},
 		{"request", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeRequest, []string{ours}, sid(h)) },
-			"REPLY IA_NA(" + ours + "/1h0m0s) dns=fd00:96::a search", "bound", ""},
+			"REPLY IA_NA(" + ours + "/1h0m0s) dns=fd00:96::a search", "bound", "", false},
 		{"request for another address", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeRequest, []string{stray}, sid(h)) },
-			"REPLY IA_NA(" + ours + "/1h0m0s " + stray + "/0s) dns=fd00:96::a search", "bound", ""},
+			"REPLY IA_NA(" + ours + "/1h0m0s " + stray + "/0s) dns=fd00:96::a search", "bound", "", false},
 		{"request to another server", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeRequest, []string{ours}, otherSID) },
-			"(no reply)", "", DropOtherServer},
+			"(no reply)", "", DropOtherServer, false},
 		{"request with no server id", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeRequest, []string{ours}) },
-			"(no reply)", "", DropServerID},
+			"(no reply)", "", DropServerID, false},
 		{"request from a MAC with no IPv6 address", strayMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeRequest, []string{stray}, sid(h)) },
-			"REPLY IA_NA(" + stray + "/0s NoAddrsAvail)", "", ""},
+			"REPLY IA_NA(" + stray + "/0s NoAddrsAvail)", "", "", false},
 		{"renew", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeRenew, []string{ours}, sid(h)) },
-			"REPLY IA_NA(" + ours + "/1h0m0s) dns=fd00:96::a search", "bound", ""},
+			"REPLY IA_NA(" + ours + "/1h0m0s) dns=fd00:96::a search", "bound", "", false},
 		{"renew with no binding", strayMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeRenew, []string{stray}, sid(h)) },
-			"REPLY IA_NA(" + stray + "/0s NoBinding)", "", ""},
+			"REPLY IA_NA(" + stray + "/0s NoBinding)", "", "", false},
 		{"rebind", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeRebind, []string{ours}) },
-			"REPLY IA_NA(" + ours + "/1h0m0s) dns=fd00:96::a search", "bound", ""},
+			"REPLY IA_NA(" + ours + "/1h0m0s) dns=fd00:96::a search", "bound", "", false},
 		{"rebind of an address nobody gave", strayMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeRebind, []string{stray}) },
-			"REPLY IA_NA(" + stray + "/0s)", "", ""},
+			"REPLY IA_NA(" + stray + "/0s)", "", "", false},
 		{"rebind listing nothing, no binding", strayMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeRebind, nil) },
-			"(no reply)", "", DropNoIP6},
+			"(no reply)", "", DropNoIP6, false},
 		{"rebind naming a server", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeRebind, []string{ours}, sid(h)) },
-			"(no reply)", "", DropServerID},
+			"(no reply)", "", DropServerID, false},
 		{"release", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeRelease, []string{ours}, sid(h)) },
-			"REPLY status=Success", "", ""},
+			"REPLY status=Success", "", "", false},
 		{"decline", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeDecline, []string{ours}, sid(h)) },
-			"REPLY status=Success", "declined", ""},
+			"REPLY status=Success", "declined", "", false},
 		{"decline of another address", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeDecline, []string{stray}, sid(h)) },
-			"REPLY status=Success", "", ""},
+			"REPLY IA_NA(NoBinding) status=Success", "", "", false},
+		{"release of another address", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeRelease, []string{stray}, sid(h)) },
+			"REPLY IA_NA(NoBinding) status=Success", "", "", false},
+		{"release from a MAC with no IPv6 address", strayMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeRelease, []string{ours}, sid(h)) },
+			"REPLY IA_NA(NoBinding) status=Success", "", "", false},
+		// RFC 8415 §18.3.1, §18.3.2: no IA_NA, no binding.
+		{"solicit with no IA_NA", vmMAC, func(h *Handler6) *dhcpv6.Message { return bare6(dhcpv6.MessageTypeSolicit) },
+			"ADVERTISE status=NoAddrsAvail", "", "", false},
+		{"solicit with rapid commit and no IA_NA", vmMAC, func(h *Handler6) *dhcpv6.Message { return bare6(dhcpv6.MessageTypeSolicit, rapid) },
+			"ADVERTISE status=NoAddrsAvail", "", "", false},
+		{"solicit with only an IA_PD", vmMAC, func(h *Handler6) *dhcpv6.Message { return bare6(dhcpv6.MessageTypeSolicit, iapd) },
+			"ADVERTISE IA_PD(NoPrefixAvail) status=NoAddrsAvail", "", "", false},
+		{"solicit with an IA_NA and an IA_PD", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeSolicit, nil, iapd) },
+			"ADVERTISE IA_NA(" + ours + "/1h0m0s) IA_PD(NoPrefixAvail) pref dns=fd00:96::a search", "", "", false},
+		{"request with no IA_NA", vmMAC, func(h *Handler6) *dhcpv6.Message { return bare6(dhcpv6.MessageTypeRequest, sid(h)) },
+			"REPLY status=NoAddrsAvail", "", "", false},
+		{"renew with no IA_NA", vmMAC, func(h *Handler6) *dhcpv6.Message { return bare6(dhcpv6.MessageTypeRenew, sid(h)) },
+			"REPLY dns=fd00:96::a search", "", "", false},
+		{"information-request carrying an IA_NA", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeInformationRequest, nil) },
+			"(no reply)", "", DropMalformed, false},
+		// RFC 8415 §16, §18.4: this server gives no Server Unicast option.
+		{"request by unicast", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeRequest, []string{ours}, sid(h)) },
+			"REPLY status=UseMulticast", "", "", true},
+		{"renew by unicast", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeRenew, []string{ours}, sid(h)) },
+			"REPLY status=UseMulticast", "", "", true},
+		{"release by unicast", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeRelease, []string{ours}, sid(h)) },
+			"REPLY status=UseMulticast", "", "", true},
+		{"solicit by unicast", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeSolicit, nil, rapid) },
+			"(no reply)", "", DropUnicast, true},
+		{"information-request by unicast", strayMAC, func(h *Handler6) *dhcpv6.Message {
+			return &dhcpv6.Message{MessageType: dhcpv6.MessageTypeInformationRequest}
+		}, "(no reply)", "", DropUnicast, true},
 		{"confirm on link", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeConfirm, []string{ours}) },
-			"REPLY status=Success", "", ""},
+			"REPLY status=Success", "", "", false},
 		{"confirm off link", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeConfirm, []string{ours, "fd99::5"}) },
-			"REPLY status=NotOnLink", "", ""},
+			"REPLY status=NotOnLink", "", "", false},
 		{"confirm listing nothing", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeConfirm, nil) },
-			"(no reply)", "", DropMalformed},
+			"(no reply)", "", DropMalformed, false},
 		{"information-request", strayMAC, func(h *Handler6) *dhcpv6.Message {
 			m := &dhcpv6.Message{MessageType: dhcpv6.MessageTypeInformationRequest}
 			return m
-		}, "REPLY dns=fd00:96::a search", "", ""},
+		}, "REPLY dns=fd00:96::a search", "", "", false},
 		{"information-request to another server", strayMAC, func(h *Handler6) *dhcpv6.Message {
 			m := &dhcpv6.Message{MessageType: dhcpv6.MessageTypeInformationRequest}
 			m.AddOption(otherSID)
 			return m
-		}, "(no reply)", "", DropOtherServer},
+		}, "(no reply)", "", DropOtherServer, false},
 		{"no client id", vmMAC, func(h *Handler6) *dhcpv6.Message {
 			return &dhcpv6.Message{MessageType: dhcpv6.MessageTypeSolicit}
-		}, "(no reply)", "", DropMalformed},
+		}, "(no reply)", "", DropMalformed, false},
 		{"a server's message", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeAdvertise, nil) },
-			"(no reply)", "", DropUnsupported},
+			"(no reply)", "", DropUnsupported, false},
 		{"relay-forward", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeRelayForward, nil) },
-			"(no reply)", "", DropUnsupported},
+			"(no reply)", "", DropUnsupported, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := store6(t)
 			h, drops := handler6(t, s)
 			req := tc.msg(h)
-			reply, err := h.Handle(req, tc.mac)
+			reply, _, err := h.HandleFrom(req, tc.mac, tc.unicast)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -271,6 +321,49 @@ func TestHandler6Lifecycle(t *testing.T) {
 	step(msg6(dhcpv6.MessageTypeSolicit, nil), "ADVERTISE IA_NA("+ours+"/1h0m0s) pref dns=fd00:96::a search")
 }
 
+// TestHandler6RapidCommitUndo: a Rapid Commit REPLY that binds comes with
+// an undo, which the server calls when the reply cannot be sent: the
+// binding is gone again. One that renews a binding the client already
+// has comes with none (the client holds the address either way).
+func TestHandler6RapidCommitUndo(t *testing.T) {
+	s := store6(t)
+	h, _ := handler6(t, s)
+	rapid := &dhcpv6.OptionGeneric{OptionCode: dhcpv6.OptionRapidCommit}
+	key := leases.Key{ContainerID: "vm", IfName: "eth0"}
+	state6 := func() leases.State {
+		t.Helper()
+		l, _, err := s.Get(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.State6
+	}
+	reply, undo, err := h.HandleFrom(msg6(dhcpv6.MessageTypeSolicit, nil, rapid), vmMAC, false)
+	if err != nil || reply == nil || undo == nil {
+		t.Fatalf("rapid commit: reply %v, undo %v, err %v; want a REPLY and an undo", summary(reply), undo != nil, err)
+	}
+	if got := state6(); got != leases.StateBound {
+		t.Fatalf("state6 after the rapid commit %q, want bound before the reply goes", got)
+	}
+	if err := undo(); err != nil {
+		t.Fatal(err)
+	}
+	if got := state6(); got != "" {
+		t.Errorf("state6 after undo %q, want the reservation alone", got)
+	}
+	// Bound by a REQUEST first: a later rapid commit has nothing to undo.
+	if _, err := h.Handle(msg6(dhcpv6.MessageTypeRequest, []string{"fd00:10:244:3::2"}, dhcpv6.OptServerID(h.ServerID())), vmMAC); err != nil {
+		t.Fatal(err)
+	}
+	if _, undo, err := h.HandleFrom(msg6(dhcpv6.MessageTypeSolicit, nil, rapid), vmMAC, false); err != nil || undo != nil {
+		t.Errorf("rapid commit of a bound address: undo %v, err %v; want none", undo != nil, err)
+	}
+	// An ADVERTISE binds nothing, so has nothing to undo.
+	if _, undo, _ := h.HandleFrom(msg6(dhcpv6.MessageTypeSolicit, nil), vmMAC, false); undo != nil {
+		t.Error("ADVERTISE came with an undo")
+	}
+}
+
 func TestHandler6StoreError(t *testing.T) {
 	h, drops := handler6(t, store6(t))
 	h.alloc = failing6{}
@@ -320,15 +413,16 @@ func TestParseUDP6(t *testing.T) {
 	b := make([]byte, 48, 52)
 	b[0], b[6] = 0x60, 17
 	copy(b[8:24], netip.MustParseAddr("fe80::1").AsSlice())
+	copy(b[24:40], netip.MustParseAddr("ff02::1:2").AsSlice())
 	b[40], b[41] = 0x02, 0x22 // port 546
 	b[44], b[45] = 0, 12
 	b = append(b, payload...)
-	src, p, ok := parseUDP6(b)
-	if !ok || src.String() != "[fe80::1]:546" || string(p) != string(payload) {
-		t.Fatalf("parseUDP6 = %v %v %v", src, p, ok)
+	src, dst, p, ok := parseUDP6(b)
+	if !ok || src.String() != "[fe80::1]:546" || dst.String() != "ff02::1:2" || string(p) != string(payload) {
+		t.Fatalf("parseUDP6 = %v %v %v %v", src, dst, p, ok)
 	}
 	for _, bad := range [][]byte{b[:47], append([]byte{0x40}, b[1:]...), func() []byte { c := append([]byte(nil), b...); c[45] = 200; return c }()} {
-		if _, _, ok := parseUDP6(bad); ok {
+		if _, _, _, ok := parseUDP6(bad); ok {
 			t.Errorf("parseUDP6 accepted %x", bad)
 		}
 	}

@@ -128,6 +128,8 @@ type packet6 struct {
 	req  *dhcpv6.Message
 	mac  net.HardwareAddr
 	from netip.AddrPort
+	// unicast: sent to an address of the server's, not ff02::1:2.
+	unicast bool
 }
 
 // Serve answers DHCPv6 until ctx is done, then closes the sockets. It
@@ -181,7 +183,7 @@ func (s *Server6) Serve(ctx context.Context, log *slog.Logger) error {
 		if !ok || ll.Halen != 6 || ll.Pkttype == unix.PACKET_OUTGOING {
 			continue
 		}
-		src, payload, ok := parseUDP6(buf[:n])
+		src, dst, payload, ok := parseUDP6(buf[:n])
 		if !ok {
 			s.h.drop(DropMalformed)
 			continue
@@ -198,7 +200,7 @@ func (s *Server6) Serve(ctx context.Context, log *slog.Logger) error {
 			continue
 		}
 		select {
-		case queue <- packet6{req, mac, src}:
+		case queue <- packet6{req, mac, src, !dst.IsMulticast()}:
 		default:
 			s.h.drop(DropQueueFull)
 		}
@@ -207,8 +209,8 @@ func (s *Server6) Serve(ctx context.Context, log *slog.Logger) error {
 
 func (s *Server6) serveOne(log *slog.Logger, macs *macMutex, p packet6) {
 	unlock := macs.lock(p.mac)
-	reply, err := s.h.Handle(p.req, p.mac)
-	unlock()
+	defer unlock()
+	reply, undo, err := s.h.HandleFrom(p.req, p.mac, p.unicast)
 	if err != nil || reply == nil {
 		return
 	}
@@ -217,5 +219,12 @@ func (s *Server6) serveOne(log *slog.Logger, macs *macMutex, p packet6) {
 	to := &net.UDPAddr{IP: p.from.Addr().AsSlice(), Port: int(p.from.Port()), Zone: s.iface}
 	if _, err := s.conn.WriteToUDP(reply.ToBytes(), to); err != nil {
 		log.Warn("sending DHCPv6 reply", "to", to.String(), "type", reply.MessageType, "err", err)
+		// A Rapid Commit binding the client never heard of is undone
+		// (under the MAC's lock, before its next message is handled).
+		if undo != nil {
+			if err := undo(); err != nil {
+				log.Error("undoing the binding of an unsent rapid commit reply", "mac", p.mac.String(), "err", err)
+			}
+		}
 	}
 }
