@@ -14,6 +14,10 @@ APT_PKGS  := iproute2 iptables iputils-ping util-linux procps kmod cpio busybox-
 
 export GOFLAGS ?= -buildvcs=false
 
+# actionlint checks the GitHub workflows (runner labels, expressions,
+# action inputs); built from the module proxy at this version.
+ACTIONLINT_VERSION = v1.7.12
+
 # The reference CNI plugins `make bench` holds vmlane against: bridge and
 # host-local at the containernetworking/plugins version go.mod pins.
 CNI_PLUGINS_VERSION = $(shell $(GO) list -m -f '{{.Version}}' github.com/containernetworking/plugins)
@@ -116,6 +120,7 @@ lint:
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./e2e/...
+	$(GO) run github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION) .github/workflows/*.yml
 	@# leases must stay importable by VM runtimes without our other deps:
 	@# what it imports, all the way down, is the standard library and our
 	@# small internal packages (which, being in that list, obey it too).
