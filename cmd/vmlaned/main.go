@@ -292,21 +292,27 @@ func splitList(s string) []string {
 	return out
 }
 
-func main() {
-	c, err := parseFlags(os.Args[1:], os.Stderr)
+func main() { os.Exit(vmlaned(os.Args[1:])) }
+
+// vmlaned is the daemon, returning its exit status rather than calling
+// os.Exit, so that its deferred cleanups run on every way out: the pid
+// file removed (else a log rotator may later signal a recycled pid), the
+// log file closed.
+func vmlaned(args []string) int {
+	c, err := parseFlags(args, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0)
+		return 0
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "vmlaned:", err)
-		os.Exit(2)
+		return 2
 	}
 	var out io.Writer = os.Stderr
 	var lf *logFile
 	if c.LogFile != "" {
 		if lf, err = openLogFile(c.LogFile); err != nil {
 			fmt.Fprintln(os.Stderr, "vmlaned:", err)
-			os.Exit(1)
+			return 1
 		}
 		defer lf.Close()
 		out = lf
@@ -315,6 +321,7 @@ func main() {
 	if lf != nil {
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
 		go reopenOn(hup, lf, log)
 	}
 	if c.PidFile != "" {
@@ -327,7 +334,8 @@ func main() {
 	defer stop()
 	if err := run(ctx, c, log); err != nil {
 		log.Error("vmlaned stopped", "err", err)
-		os.Exit(1)
+		return 1
 	}
 	log.Info("vmlaned stopped; routes, rules and the bridge stay in place")
+	return 0
 }
