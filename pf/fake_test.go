@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // fakePfctl is a recording commandRunner that behaves like macOS's pfctl
@@ -13,8 +14,10 @@ import (
 // `pfctl -a ANCHOR -s nat` prints them.
 type fakePfctl struct {
 	calls   []string
-	refs    []string            // tokens held
-	anchors map[string][]string // anchor -> translation rules
+	refs    []string             // tokens held
+	created map[string]time.Time // each token's creation, as the kernel stamps it
+	now     time.Time            // the fake's clock, for tokens' ages
+	anchors map[string][]string  // anchor -> translation rules
 	// main is the main ruleset's translation lines, as `pfctl -s nat`
 	// prints them: macOS's /etc/pf.conf, with InternetSharing's after.
 	main      []string
@@ -24,10 +27,12 @@ type fakePfctl struct {
 
 func newFakePfctl() *fakePfctl {
 	// Internet Sharing (vmnet's NAT) already holds a reference.
-	return &fakePfctl{refs: []string{"10001"}, anchors: map[string][]string{}, nextToken: 20001, main: []string{
-		`nat-anchor "com.apple/*" all`,
-		`nat-anchor "com.apple.internet-sharing/*" all`,
-	}}
+	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	return &fakePfctl{refs: []string{"10001"}, created: map[string]time.Time{"10001": t0.Add(-time.Hour)}, now: t0,
+		anchors: map[string][]string{}, nextToken: 20001, main: []string{
+			`nat-anchor "com.apple/*" all`,
+			`nat-anchor "com.apple.internet-sharing/*" all`,
+		}}
 }
 
 func (f *fakePfctl) Run(stdin string, argv ...string) (string, error) {
@@ -53,12 +58,20 @@ func (f *fakePfctl) Run(stdin string, argv ...string) (string, error) {
 		tok := strconv.Itoa(f.nextToken)
 		f.nextToken++
 		f.refs = append(f.refs, tok)
+		f.created[tok] = f.now
 		return altq + "pf enabled\nToken : " + tok + "\n", nil
 	case "-s References":
+		if len(f.refs) == 0 {
+			return "No pf starter references held\n", nil
+		}
+		// As macOS 26's pfctl prints it: the age since the kernel's
+		// timestamp of the reference's creation.
 		var b strings.Builder
 		b.WriteString("TOKENS:\nPID      Process Name                TOKEN                     TIMESTAMP\n")
 		for _, t := range f.refs {
-			fmt.Fprintf(&b, "%-8d %-27s %-25s %s\n", 100, "pfctl", t, "0 days 00:00:01")
+			age := f.now.Sub(f.created[t])
+			fmt.Fprintf(&b, "%-8d %-27s %-25s %d days %02d:%02d:%02d\n", 100, "pfctl", t,
+				int(age.Hours())/24, int(age.Hours())%24, int(age.Minutes())%60, int(age.Seconds())%60)
 		}
 		return b.String(), nil
 	case "-s nat":

@@ -6,8 +6,10 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -154,5 +156,87 @@ func TestPfctlLoadFailureRetried(t *testing.T) {
 func TestNewRejectsBadAnchor(t *testing.T) {
 	if _, err := New("vmlane", newFakePfctl(), filepath.Join(t.TempDir(), "pf.json")); err == nil {
 		t.Error("anchor outside com.apple/ accepted")
+	}
+}
+
+// TestPfTokenReusedAfterDisable: xnu makes a token's value from its
+// allocation's address and frees every token on `pfctl -d`, so another
+// holder's next token can carry the value vmlane saved. vmlane tells its
+// own from that one by the creation time the listing implies: after a
+// -d and someone else's -E with the same value, it takes a reference of
+// its own again, and teardown releases only that one, never the other
+// holder's.
+func TestPfTokenReusedAfterDisable(t *testing.T) {
+	f := newFakePfctl()
+	clock := now
+	now = func() time.Time { return f.now }
+	t.Cleanup(func() { now = clock })
+	state := filepath.Join(t.TempDir(), "pf.json")
+	p, err := New(DefaultAnchor, f, state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fresh, err := p.Enable(); err != nil || !fresh || p.Token() != "20001" {
+		t.Fatalf("Enable = %v, %v, token %s; want a new reference 20001", fresh, err, p.Token())
+	}
+	f.now = f.now.Add(90 * time.Second)
+	if fresh, err := p.Enable(); err != nil || fresh {
+		t.Fatalf("Enable 90 s later = %v, %v; want the reference still held", fresh, err)
+	}
+	// Someone runs pfctl -d (every token freed), then another holder
+	// pfctl -E and gets the freed slot: the same value.
+	f.refs = nil
+	f.nextToken = 20001
+	f.now = f.now.Add(30 * time.Second)
+	if _, err := f.Run("", "pfctl", "-E"); err != nil {
+		t.Fatal(err)
+	}
+	f.now = f.now.Add(time.Second)
+	if fresh, err := p.Enable(); err != nil || !fresh || p.Token() != "20002" {
+		t.Fatalf("Enable after -d and a reuse = %v, %v, token %s; want a new reference of vmlane's own, 20002", fresh, err, p.Token())
+	}
+	done, err := Teardown(f, state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(f.refs, []string{"20001"}) {
+		t.Errorf("references after teardown %v, want the other holder's 20001 alone (done: %v)", f.refs, done)
+	}
+	// A state file from before creation times were kept: its token can
+	// not be told from a reuse, so it is neither trusted nor released.
+	os.WriteFile(state, []byte(`{"version": 1, "anchor": "com.apple/vmlane", "token": "20001"}`+"\n"), 0o600)
+	done, err = Teardown(f, state)
+	if err != nil || !slices.Equal(f.refs, []string{"20001"}) || !strings.Contains(strings.Join(done, "; "), "left alone") {
+		t.Errorf("teardown of an undated token: %v, %v, references %v; want it left alone", done, err, f.refs)
+	}
+}
+
+func TestHeldBy(t *testing.T) {
+	created := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	at := created.Add(66 * time.Second)
+	const refs = "TOKENS:\nPID      Process Name                TOKEN                     TIMESTAMP\n" +
+		"4063     pfctl                       15053025338191571182      0 days 00:01:06\n" +
+		"4070     pfctl                       777                       0 days 00:00:03\n"
+	for _, tc := range []struct {
+		name, token string
+		created     time.Time
+		want        bool
+	}{
+		{"listed, of the age recorded", "15053025338191571182", created, true},
+		{"listed, created 2 s off (pfctl's rounding)", "15053025338191571182", created.Add(2 * time.Second), true},
+		{"the value, but another holder's (younger)", "777", created, false},
+		{"not listed", "42", created, false},
+		{"no creation time recorded", "15053025338191571182", time.Time{}, false},
+		{"a listing with no age", "99", created, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := refs + "4080     pfctl                       99\n"
+			if got := heldBy(r, tc.token, tc.created, at); got != tc.want {
+				t.Errorf("heldBy(%s) = %v, want %v", tc.token, got, tc.want)
+			}
+		})
+	}
+	if heldBy("No pf starter references held\n", "777", created, at) {
+		t.Error("a token held with no references listed")
 	}
 }

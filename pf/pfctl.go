@@ -8,7 +8,9 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/vmlane/vmlane/internal/command"
 )
@@ -25,8 +27,13 @@ type commandRunner = command.Runner
 type pfState struct {
 	Version int    `json:"version"`
 	Anchor  string `json:"anchor"`
-	// Token is the pf enable reference vmlaned holds (from pfctl -E).
-	Token string `json:"token,omitempty"`
+	// Token is the pf enable reference vmlaned holds (from pfctl -E), and
+	// TokenCreated when it took it (whole seconds). A token's value alone
+	// does not name it: xnu derives it from the kernel address of its
+	// allocation and frees every token on `pfctl -d`, so another
+	// holder's later token can carry the same value (see heldBy).
+	Token        string    `json:"token,omitempty"`
+	TokenCreated time.Time `json:"tokenCreated,omitzero"`
 }
 
 // PF is vmlane's hold on pf: its anchor and its enable reference.
@@ -39,6 +46,10 @@ type PF struct {
 	// then, so the first Ensure always looks at the kernel.
 	applied []string
 }
+
+// now is the clock that dates references (time.Now; the fake pfctl's in
+// the tests, whose kernel stamps them).
+var now = time.Now
 
 // New returns vmlane's pf handle for anchor, with the state file at
 // statePath. It reads the state file (a missing one is an empty state) but
@@ -74,25 +85,65 @@ func (p *PF) save() error {
 
 var tokenRE = regexp.MustCompile(`Token : ([0-9]+)`)
 
-// tokenHeld reports whether `pfctl -s References` output lists token.
-func tokenHeld(refs, token string) bool {
-	if token == "" {
+// tokenSlack is how far the creation time `pfctl -s References` implies
+// may lie from the one vmlaned recorded: the listing shows ages in whole
+// seconds, and a second or two pass between the kernel's timestamp and
+// pfctl -E's return.
+const tokenSlack = 5 * time.Second
+
+// ageRE is a reference's age as pfctl -s References prints it in its
+// TIMESTAMP column: "0 days 00:01:06".
+var ageRE = regexp.MustCompile(`^([0-9]+) days? ([0-9]+):([0-9]{2}):([0-9]{2})$`)
+
+// heldBy reports whether `pfctl -s References` output refs lists the
+// reference token that was created at created (recorded when it was
+// taken), now being now. The value must be listed, and where the listing
+// gives the reference's age, the creation time it implies must be
+// created, within tokenSlack: a listed value of another age is another
+// holder's token that reused the value after a `pfctl -d` freed ours.
+// Without created (a state file from before it was recorded) no listed
+// value can be told from a reused one, so none counts as held.
+func heldBy(refs, token string, created, now time.Time) bool {
+	if token == "" || created.IsZero() {
 		return false
 	}
 	for _, line := range strings.Split(refs, "\n") {
-		for _, f := range strings.Fields(line) {
-			if f == token {
-				return true
-			}
+		f := strings.Fields(line)
+		i := slices.Index(f, token)
+		if i < 0 {
+			continue
 		}
+		age, ok := parseAge(strings.Join(f[i+1:], " "))
+		if !ok {
+			// A listing without the age this parser knows: the value
+			// alone decides, as it must on a pfctl that prints none.
+			return true
+		}
+		d := now.Add(-age).Sub(created)
+		return d >= -tokenSlack && d <= tokenSlack
 	}
 	return false
 }
 
+// parseAge reads an age of the References listing: how long ago the
+// reference was created (ok false if s is not one).
+func parseAge(s string) (time.Duration, bool) {
+	m := ageRE.FindStringSubmatch(strings.TrimSpace(s))
+	if m == nil {
+		return 0, false
+	}
+	var n [4]int
+	for i := range n {
+		n[i], _ = strconv.Atoi(m[i+1])
+	}
+	return time.Duration(n[0])*24*time.Hour + time.Duration(n[1])*time.Hour + time.Duration(n[2])*time.Minute + time.Duration(n[3])*time.Second, true
+}
+
 // Enable makes sure pf is enabled with a reference of vmlane's own: the
 // token saved in the state file if pf still holds it (a restarted
-// vmlaned), a new one from `pfctl -E` otherwise (the first start, or a
-// reboot, which drops every reference). pf stays enabled while any
+// vmlaned), a new one from `pfctl -E` otherwise (the first start, a
+// reboot, which drops every reference, or a `pfctl -d`, which frees
+// them all: a value listed again since is another holder's, heldBy). pf stays enabled while any
 // reference is held, so vmlane neither depends on nor disturbs the
 // references of vmnet's Internet Sharing or anyone else. It reports whether
 // it took a new reference.
@@ -102,10 +153,11 @@ func (p *PF) Enable() (bool, error) {
 		if err != nil {
 			return false, fmt.Errorf("pfctl -s References: %w", err)
 		}
-		if tokenHeld(refs, p.st.Token) {
+		if heldBy(refs, p.st.Token, p.st.TokenCreated, now()) {
 			return false, nil
 		}
 	}
+	created := now().Truncate(time.Second)
 	out, err := p.run.Run("", "pfctl", "-E")
 	if err != nil {
 		return false, fmt.Errorf("pfctl -E: %w", err)
@@ -114,7 +166,7 @@ func (p *PF) Enable() (bool, error) {
 	if m == nil {
 		return false, fmt.Errorf("pfctl -E printed no token: %q", strings.TrimSpace(out))
 	}
-	p.st.Token = m[1]
+	p.st.Token, p.st.TokenCreated = m[1], created.UTC()
 	if err := p.save(); err != nil {
 		// pf is enabled; only the record of the reference is missing, and
 		// teardown cannot release what it does not know of.
@@ -191,8 +243,10 @@ func Teardown(r commandRunner, statePath string) ([]string, error) {
 		switch {
 		case err != nil:
 			errs = append(errs, fmt.Errorf("pfctl -s References: %w", err))
-		case !tokenHeld(refs, st.Token):
-			done = append(done, "pf enable reference "+st.Token+" already gone")
+		case st.TokenCreated.IsZero():
+			done = append(done, "pf enable reference "+st.Token+" left alone: recorded without its creation time, it cannot be told from another holder's reuse of the value")
+		case !heldBy(refs, st.Token, st.TokenCreated, now()):
+			done = append(done, "pf enable reference "+st.Token+" already gone (or its value is another holder's now)")
 		default:
 			if _, err := r.Run("", "pfctl", "-X", st.Token); err != nil {
 				errs = append(errs, fmt.Errorf("releasing pf reference %s: %w", st.Token, err))
