@@ -23,7 +23,7 @@ ACTIONLINT_VERSION = v1.7.12
 CNI_PLUGINS_VERSION = $(shell $(GO) list -m -f '{{.Version}}' github.com/containernetworking/plugins)
 CNI_PLUGINS_DIR     = $(CACHE)/cni-plugins/$(CNI_PLUGINS_VERSION)
 
-.PHONY: all build test deps lint unit e2e e2e-real e2e-hybrid fuzz darwin bench demo demo-down guest udhcpc6 controlplane realnode flannel image cni-reference clean distclean
+.PHONY: all build test deps lint unit e2e e2e-real e2e-hybrid fuzz darwin bench demo demo-hybrid demo-down guest udhcpc6 controlplane realnode flannel image cni-reference clean distclean
 
 all: build
 
@@ -86,7 +86,13 @@ demo: deps guest controlplane realnode image cni-reference build
 	@$(GO) build -o $(BIN)/vmlane-demo ./e2e/demo
 	@$(TEST_ENV) $(BIN)/vmlane-demo -bin $(BIN) -overlay e2e/overlay -images $(CACHE)/images -cni-bin $(CNI_PLUGINS_DIR) -state $(CACHE)/demo $(if $(KEEP),-keep)
 
-## demo-down: tear down the cluster `make demo KEEP=1` left running
+## demo-hybrid: the hybrid cluster (flannel on two nodes with vmlane's routes-only DaemonSet, two VM nodes, one without kube-proxy), its routes and ping matrix, torn down (KEEP=1 leaves it up)
+demo-hybrid: deps guest controlplane realnode flannel image cni-reference build
+	@$(GO) build -o $(BIN)/vmlane-demo ./e2e/demo
+	@$(TEST_ENV) $(BIN)/vmlane-demo -hybrid -flannel $$(bash internal/realnode/build-flannel.sh --print-dir $(CACHE)/flannel) \
+		-bin $(BIN) -overlay e2e/overlay-hybrid -images $(CACHE)/images -cni-bin $(CNI_PLUGINS_DIR) -state $(CACHE)/demo $(if $(KEEP),-keep)
+
+## demo-down: tear down the cluster `make demo KEEP=1` or `make demo-hybrid KEEP=1` left running
 demo-down:
 	@pid=$$(cat $(CACHE)/demo/demo.pid 2>/dev/null) && kill -TERM $$pid 2>/dev/null || { echo "no demo running"; exit 0; }; \
 	for i in $$(seq 100); do kill -0 $$pid 2>/dev/null || break; sleep 0.2; done; \

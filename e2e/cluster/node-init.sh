@@ -112,8 +112,16 @@ if [ -n "${FLANNELD:-}" ]; then
 	cp "$CNI_BIN/bridge" "$CNI_BIN/host-local" /opt/cni/bin/
 	mkdir -p /etc/kube-flannel
 	printf '{"Network": "%s", "EnableNFTables": false, "Backend": {"Type": "vxlan"}}\n' "$FLANNEL_NETWORK" >/etc/kube-flannel/net-conf.json
-	NODE_NAME=$NODE_NAME "$FLANNELD" --kube-subnet-mgr --kubeconfig-file=/var/lib/kubelet/kubeconfig \
-		--iface=eth0 --ip-masq >"$NODE_DIR/flanneld.log" 2>&1 &
+	# Restarted when it exits, as the kubelet restarts kube-flannel's
+	# container: a test stops it (RealNode.Signal) to restart it.
+	(
+		while :; do
+			NODE_NAME=$NODE_NAME "$FLANNELD" --kube-subnet-mgr --kubeconfig-file=/var/lib/kubelet/kubeconfig \
+				--iface=eth0 --ip-masq >>"$NODE_DIR/flanneld.log" 2>&1 || true
+			log "flanneld exited; starting it again in 1 s"
+			sleep 1
+		done
+	) &
 	(
 		wait_for 120 "flanneld wrote no subnet.env" -s /run/flannel/subnet.env || exit 1
 		. /run/flannel/subnet.env

@@ -297,6 +297,32 @@ func (n *RealNode) Log(name string, lines int) string {
 	return controlplane.Tail(filepath.Join(n.Dir, name), lines)
 }
 
+// Pids are the processes the node runs whose command name (comm) is comm.
+func (n *RealNode) Pids(comm string) []int {
+	var out []int
+	for _, pid := range cgroupPids(filepath.Join("/sys/fs/cgroup/memory", n.cgroup)) {
+		if c, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(c)) == comm {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// Signal sends sig to the node's processes named comm (Pids) and returns
+// their pids; it is an error when there is none.
+func (n *RealNode) Signal(comm string, sig syscall.Signal) ([]int, error) {
+	pids := n.Pids(comm)
+	if len(pids) == 0 {
+		return nil, fmt.Errorf("node %s runs no %s", n.Name, comm)
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, sig); err != nil {
+			return pids, fmt.Errorf("signalling %s (pid %d) on %s: %w", comm, pid, n.Name, err)
+		}
+	}
+	return pids, nil
+}
+
 // stop kills everything the node runs, its containers too, through its
 // cgroup, and removes the cgroups. The mount namespace goes with its last
 // process, and with it every mount the node made.

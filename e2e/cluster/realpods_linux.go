@@ -87,6 +87,23 @@ spec:
 // testvm package renders; the pod's shell puts the real one in.
 const macSentinel = "02:00:5e:00:53:01"
 
+// VMGuest is what a VM pod's guest does once it has its addresses, its
+// outcomes reported in the pod's log (GuestReport): ping each of Ping
+// (three echo requests), then GET each of Fetch (http:// URLs).
+type VMGuest struct {
+	Ping  []netip.Addr
+	Fetch []string
+}
+
+// GuestReport is what VM pod name's guest has reported so far in its log.
+func (c *Cluster) GuestReport(name string) (testvm.Result, error) {
+	out, err := c.Kubectl("logs", name)
+	if err != nil {
+		return testvm.Result{}, err
+	}
+	return testvm.ParseConsole(out), nil
+}
+
 // StartVMPod creates a VM pod as a virt-launcher would run one: a pod of the
 // vmlane-vm RuntimeClass, so containerd attaches it with the VM conflist
 // (a TAP, tap0, joined to the pod's veth), whose container runs QEMU on
@@ -97,14 +114,15 @@ const macSentinel = "02:00:5e:00:53:01"
 // (read-only), the kernel and initramfs from the guest build; the
 // container is privileged for /dev/net/tun, as a virt-launcher gets it
 // from a device plugin. The guest's console is the container's log.
-func (c *Cluster) StartVMPod(tb testing.TB, name, node string, ping []netip.Addr) KubePod {
+func (c *Cluster) StartVMPod(tb testing.TB, name, node string, g VMGuest) KubePod {
 	tb.Helper()
 	c.step("VM pod %s on %s: RuntimeClass %s, QEMU on the pod's TAP", name, node, VMRuntimeClass)
 	var targets []string
-	for _, a := range ping {
+	for _, a := range g.Ping {
 		targets = append(targets, a.String())
 	}
-	argv, err := c.Guest().Command(testvm.Config{Tap: "tap0", MAC: macSentinel, Mode: testvm.ModeDHCP, IPv6: c.DualStack(), Hold: true, Ping: targets})
+	argv, err := c.Guest().Command(testvm.Config{Tap: "tap0", MAC: macSentinel, Mode: testvm.ModeDHCP, IPv6: c.DualStack(), Hold: true,
+		Ping: targets, Fetch: g.Fetch})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -119,7 +119,6 @@ func (r *Runner) Error(args ...any) { r.fail(); r.Log(args...) }
 // Errorf logs and marks the run failed.
 func (r *Runner) Errorf(format string, args ...any) { r.fail(); r.Logf(format, args...) }
 
-// Fatal marks the run failed and stops the caller (see Run).
 // Env returns the environment variable name, which `make e2e` sets; a
 // suite cannot run without it.
 func (r *Runner) Env(name string) string {
@@ -130,6 +129,7 @@ func (r *Runner) Env(name string) string {
 	return v
 }
 
+// Fatal marks the run failed and stops the caller (see Run).
 func (r *Runner) Fatal(args ...any) { r.fail(); r.stop(fmt.Sprint(args...)) }
 
 // Fatalf marks the run failed and stops the caller (see Run).

@@ -8,6 +8,13 @@
 // their IPs, routes, leases, and a ping matrix. It then tears everything
 // down, or, with -keep, leaves the cluster running in the background and
 // prints how to look inside and how to tear it down.
+//
+// With -hybrid (`make demo-hybrid`) it builds the hybrid cluster instead
+// (cluster.NewHybrid): flannel on two nodes with vmlane's routes-only
+// DaemonSet beside it, and two VM nodes, one of them a Mac stand-in
+// without kube-proxy. Its account shows what runs each node's pod
+// network, every node's routes, what the VMs reached from inside, and
+// the ping matrix between flannel pods, vmlane pods and VMs.
 package main
 
 import (
@@ -42,8 +49,16 @@ func main() {
 	cniBin := flag.String("cni-bin", "", "folder with the loopback CNI plugin (make cni-reference)")
 	state := flag.String("state", ".cache/demo", "where -keep keeps its pid and log")
 	keep := flag.Bool("keep", false, "leave the cluster running in the background")
+	hybrid := flag.Bool("hybrid", false, "the hybrid cluster: flannel beside vmlane (-overlay e2e/overlay-hybrid, -flannel)")
+	flannel := flag.String("flannel", "", "with -hybrid: the folder with flanneld (make flannel)")
 	flag.Parse()
-	for _, p := range []*string{bin, overlay, images, cniBin, state} {
+	if *hybrid && *flannel == "" {
+		fatal(errors.New("-hybrid needs -flannel: the folder `bash internal/realnode/build-flannel.sh --print-dir .cache/flannel` prints"))
+	}
+	for _, p := range []*string{bin, overlay, images, cniBin, state, flannel} {
+		if *p == "" {
+			continue
+		}
 		abs, err := filepath.Abs(*p)
 		if err != nil {
 			fatal(err)
@@ -58,13 +73,97 @@ func main() {
 		RealNodes: cluster.DefaultRealNodes(3),
 		Log:       os.Stdout,
 	}
+	build := buildPlain
+	if *hybrid {
+		o.RealNodes, o.FlannelDir = nil, *flannel
+		build = buildHybrid
+	}
 	switch {
 	case *keep && os.Getenv(childEnv) == "":
 		os.Exit(startBackground(*state))
-	case *keep:
-		os.Exit(run(o, true))
 	default:
-		os.Exit(run(o, false))
+		os.Exit(run(o, build, *keep))
+	}
+}
+
+// account is a built demo cluster: what run prints, and what it checks.
+type account struct {
+	c *cluster.Cluster
+	// report prints the account; failures are its failed checks; done
+	// is the closing line when there are none.
+	report   func(w io.Writer)
+	failures func() []string
+	done     string
+}
+
+// buildPlain is `make demo`: three vmlane nodes, a VM on each, and both
+// families' matrices.
+func buildPlain(r *cluster.Runner, o cluster.Options) account {
+	fmt.Println("Building a three-node Kubernetes cluster on this machine: real nodes (containerd, kubelet,")
+	fmt.Println("kube-proxy) in their own namespaces; vmlane goes on with `kubectl apply -k`, pods with kubectl.")
+	c := cluster.NewReal(r, o)
+	a := account{c: c}
+	c.WaitNetwork(r)
+	web := c.DeployWeb(r)
+	var vms []cluster.KubePod
+	for _, n := range c.RealNodes {
+		vms = append(vms, c.StartVMPod(r, "vm-"+strings.TrimPrefix(n.Name, "node-"), n.Name, cluster.VMGuest{}))
+	}
+	for _, vm := range vms {
+		got := c.WaitGuest(r, vm.Name)
+		log, _ := c.Kubectl("logs", vm.Name)
+		got6, _ := cluster.GuestAddr6(log)
+		fmt.Printf("• %s: kubectl shows pod IPs %s and %s; its guest got %s by DHCP and %s by DHCPv6\n", vm.Name, vm.IP, vm.IP6, got, got6)
+		if got != vm.IP || got6 != vm.IP6 {
+			r.Fatalf("%s: the guest's addresses %s, %s are not the pod IPs %s, %s", vm.Name, got, got6, vm.IP, vm.IP6)
+		}
+	}
+	// Each family's matrix: plain pods (one a node) to every VM and
+	// plain pod.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var ms []*cluster.Matrix
+	for _, ep := range []func(cluster.KubePod) cluster.Endpoint{c.Endpoint, c.Endpoint6} {
+		var srcs, dsts []cluster.Endpoint
+		for _, n := range c.RealNodes {
+			srcs = append(srcs, ep(web[n.Name][0]))
+		}
+		for _, vm := range vms {
+			dsts = append(dsts, ep(vm))
+		}
+		dsts = append(dsts, srcs...)
+		ms = append(ms, cluster.EndpointMatrix(ctx, srcs, dsts, 3))
+	}
+	a.report = func(w io.Writer) { c.RealReport(w, ms...) }
+	a.failures = func() []string { return failures(ms) }
+	a.done = fmt.Sprintf("All %d pod pairs reach each other by pod IP, IPv4 and IPv6, across nodes, without NAT", ms[0].Pairs())
+	return a
+}
+
+// buildHybrid is `make demo-hybrid`: flannel's nodes and vmlane's VM
+// nodes in one cluster.
+func buildHybrid(r *cluster.Runner, o cluster.Options) account {
+	fmt.Println("Building a hybrid Kubernetes cluster on this machine: two nodes whose CNI is flannel (vxlan),")
+	fmt.Println("with vmlane's routes-only DaemonSet beside it, and two VM nodes labelled vmlane.io/vm-node=true,")
+	fmt.Println("one of them a stand-in for a Mac (no kube-proxy). Real nodes (containerd, kubelet) in namespaces.")
+	h := cluster.NewHybrid(r, o)
+	for _, name := range cluster.HybridVMs {
+		vm := h.VMs[name]
+		got := h.WaitGuest(r, name)
+		fmt.Printf("• %s on %s: kubectl shows pod IP %s; its guest got %s by DHCP\n", name, vm.Node, vm.IP, got)
+		if got != vm.IP {
+			r.Fatalf("%s: the guest's address %s is not the pod IP %s", name, got, vm.IP)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	m := h.HybridMatrix(ctx)
+	return account{
+		c:        h.Cluster,
+		report:   func(w io.Writer) { h.Report(w, m) },
+		failures: func() []string { return append(m.Failures(), h.GuestFailures()...) },
+		done: fmt.Sprintf("All %d pairs of flannel pods, vmlane pods and VMs reach each other by pod IP without NAT,\n"+
+			"and the VM on the node without kube-proxy reached Service web through its Service gateway", m.Pairs()),
 	}
 }
 
@@ -82,9 +181,9 @@ func fatal(err error) {
 	os.Exit(1)
 }
 
-// run builds the cluster, prints the account and, when held, waits for
-// SIGTERM or SIGINT before tearing down.
-func run(o cluster.Options, hold bool) int {
+// run builds the cluster with build, prints the account and, when held,
+// waits for SIGTERM or SIGINT before tearing down.
+func run(o cluster.Options, build func(*cluster.Runner, cluster.Options) account, hold bool) int {
 	start := time.Now()
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
@@ -97,57 +196,23 @@ func run(o cluster.Options, hold bool) int {
 		r.Close()
 		os.Exit(0)
 	}()
-	var c *cluster.Cluster
-	var ms []*cluster.Matrix
-	err := r.Run(func() {
-		fmt.Println("Building a three-node Kubernetes cluster on this machine: real nodes (containerd, kubelet,")
-		fmt.Println("kube-proxy) in their own namespaces; vmlane goes on with `kubectl apply -k`, pods with kubectl.")
-		c = cluster.NewReal(r, o)
-		c.WaitNetwork(r)
-		web := c.DeployWeb(r)
-		var vms []cluster.KubePod
-		for _, n := range c.RealNodes {
-			vms = append(vms, c.StartVMPod(r, "vm-"+strings.TrimPrefix(n.Name, "node-"), n.Name, nil))
-		}
-		for _, vm := range vms {
-			got := c.WaitGuest(r, vm.Name)
-			log, _ := c.Kubectl("logs", vm.Name)
-			got6, _ := cluster.GuestAddr6(log)
-			fmt.Printf("• %s: kubectl shows pod IPs %s and %s; its guest got %s by DHCP and %s by DHCPv6\n", vm.Name, vm.IP, vm.IP6, got, got6)
-			if got != vm.IP || got6 != vm.IP6 {
-				r.Fatalf("%s: the guest's addresses %s, %s are not the pod IPs %s, %s", vm.Name, got, got6, vm.IP, vm.IP6)
-			}
-		}
-		// Each family's matrix: plain pods (one a node) to every VM and
-		// plain pod.
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		for _, ep := range []func(cluster.KubePod) cluster.Endpoint{c.Endpoint, c.Endpoint6} {
-			var srcs, dsts []cluster.Endpoint
-			for _, n := range c.RealNodes {
-				srcs = append(srcs, ep(web[n.Name][0]))
-			}
-			for _, vm := range vms {
-				dsts = append(dsts, ep(vm))
-			}
-			dsts = append(dsts, srcs...)
-			ms = append(ms, cluster.EndpointMatrix(ctx, srcs, dsts, 3))
-		}
-	})
-	if c != nil {
-		c.RealReport(os.Stdout, ms...)
+	var a account
+	err := r.Run(func() { a = build(r, o) })
+	if a.report != nil {
+		a.report(os.Stdout)
 	}
 	code := 0
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "\ndemo failed: %v\n", err)
 		code = 1
-	} else if f := failures(ms); len(f) > 0 {
+	} else if f := a.failures(); len(f) > 0 {
 		fmt.Fprintf(os.Stderr, "\ndemo: %d checks failed:\n  %s\n", len(f), strings.Join(f, "\n  "))
 		code = 1
 	} else {
-		fmt.Printf("\nAll %d pod pairs reach each other by pod IP, IPv4 and IPv6, across nodes, without NAT (%s).\n", ms[0].Pairs(), time.Since(start).Round(time.Second))
+		fmt.Printf("\n%s (%s).\n", a.done, time.Since(start).Round(time.Second))
 	}
 	if hold && code == 0 {
+		c := a.c
 		fmt.Println("\nThe cluster stays up. kubectl:")
 		fmt.Printf("    ip netns exec %s %s --kubeconfig %s get pods -A -o wide\n", c.CP.NetNS, c.KubectlPath, c.CP.Kubeconfig)
 		fmt.Println("A shell on a node (its network and its own /etc, /opt, /var/lib):")

@@ -6,7 +6,9 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,89 +17,12 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/vmlane/vmlane/e2e/cluster"
+	"github.com/vmlane/vmlane/internal/testvm"
 )
-
-// nodesReady reports whether the named nodes are Ready.
-func nodesReady(names ...string) (bool, string) {
-	var why []string
-	for _, name := range names {
-		n, err := c.Client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
-		if err != nil {
-			why = append(why, err.Error())
-			continue
-		}
-		ready := false
-		for _, cond := range n.Status.Conditions {
-			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
-				ready = true
-			}
-		}
-		if !ready {
-			why = append(why, name+" not Ready")
-		}
-	}
-	return len(why) == 0, strings.Join(why, "; ")
-}
-
-// flannelState is what flannel made on a node and nothing of vmlane's:
-// its routes (vmlane's carry protocol 77), its iptables rules, and the
-// conflists. Rule counters are left out.
-func flannelState(tb testing.TB, n *cluster.RealNode) string {
-	tb.Helper()
-	var b strings.Builder
-	routes, err := n.Run("", "ip", "route", "show")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for _, l := range strings.Split(routes, "\n") {
-		// cni0 appears with the first flannel pod (the bridge plugin
-		// makes it), after the first snapshot: not flanneld's, nor ours.
-		if l != "" && !strings.Contains(l, "proto 77") && !strings.Contains(l, "dev cni0 proto kernel") {
-			fmt.Fprintln(&b, "route:", l)
-		}
-	}
-	rules, err := n.Run("", "iptables-save")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for _, l := range strings.Split(rules, "\n") {
-		if strings.Contains(l, "FLANNEL") {
-			fmt.Fprintln(&b, "rule:", l)
-		}
-	}
-	conf, err := n.Run("", "sh", "-c", "cd /etc/cni/net.d && for f in *; do echo \"== $f\"; cat \"$f\"; done")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	b.WriteString(conf)
-	return b.String()
-}
-
-// deployWeb runs the web Deployment with two pods a node: flannel's on
-// the flannel nodes, vmlane's on the VM nodes.
-func deployWeb(tb testing.TB) map[string][]cluster.KubePod {
-	tb.Helper()
-	c.Apply(tb, cluster.Workloads)
-	n := 2 * len(c.RealNodes)
-	c.MustKubectl(tb, "scale", "deployment/web", fmt.Sprintf("--replicas=%d", n))
-	cluster.WaitFor(tb, 4*time.Minute, "Deployment web ready", func() (bool, string) {
-		return c.PodsReady("default", "app=web", n)
-	})
-	out := map[string][]cluster.KubePod{}
-	for _, p := range c.Pods(tb, "default", "app=web") {
-		out[p.Node] = append(out[p.Node], p)
-	}
-	for _, node := range append(append([]string(nil), flannelNodes...), vmNodes...) {
-		if len(out[node]) == 0 {
-			tb.Fatalf("no web pod on %s: %v", node, out)
-		}
-	}
-	return out
-}
 
 func podCIDR(t *testing.T, node string) netip.Prefix {
 	t.Helper()
-	n, err := c.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	n, err := h.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,9 +33,13 @@ func podCIDR(t *testing.T, node string) netip.Prefix {
 // conflist are what flannel made before vmlane came.
 func TestFlannelStateUntouched(t *testing.T) {
 	for _, name := range flannelNodes {
-		n := c.RealNode(name)
-		if got := flannelState(t, n); got != flannelBefore[name] {
-			t.Errorf("%s: flannel's state changed with vmlane running.\nbefore:\n%s\nnow:\n%s", name, flannelBefore[name], got)
+		n := h.RealNode(name)
+		got, err := n.FlannelState()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != h.FlannelBefore[name] {
+			t.Errorf("%s: flannel's state changed with vmlane running.\nbefore:\n%s\nnow:\n%s", name, h.FlannelBefore[name], got)
 		}
 		// And vmlane's routes-only daemon made its routes: one per VM node.
 		routes := n.Routes()
@@ -137,31 +66,31 @@ func otherFlannel(name string) string {
 // flannel pod; vmlane's plain pods on the VM nodes reach flannel pods,
 // which see them with their own addresses: no NAT either way.
 func TestFlannelPodsAndVMsBothWays(t *testing.T) {
-	for i, name := range []string{"vm-1", "vm-2"} {
-		vm := vms[name]
+	for i, name := range cluster.HybridVMs {
+		vm := h.VMs[name]
 		for _, fn := range flannelNodes {
-			src := web[fn][0]
-			if r, out := c.PingFrom(src, vm.IP, 3, "0.2"); !r.OK {
+			src := h.Web[fn][0]
+			if r, out := h.PingFrom(src, vm.IP, 3, "0.2"); !r.OK {
 				t.Errorf("%s (%s) → %s (%s): %d of 3 pings answered\n%s", src.Name, fn, name, vm.Node, r.Recv, out)
 			}
-			if seen, err := c.WhoAmIFrom(src, vm.IP.String()); err != nil || seen != src.IP.String() {
+			if seen, err := h.WhoAmIFrom(src, vm.IP.String()); err != nil || seen != src.IP.String() {
 				t.Errorf("%s → %s: seen as %q (%v), want %s", src.Name, name, seen, err, src.IP)
 			}
 		}
-		log, _ := c.Kubectl("logs", name)
-		target := web[flannelNodes[i]][0].IP.String()
+		log, _ := h.Kubectl("logs", name)
+		target := h.Web[flannelNodes[i]][0].IP.String()
 		if !strings.Contains(log, "VMLANE-PING ok target="+target) {
 			t.Errorf("%s's guest did not ping flannel pod %s:\n%s", name, target, log)
 		}
 	}
 	for _, vn := range vmNodes {
-		src := web[vn][0]
+		src := h.Web[vn][0]
 		for _, fn := range flannelNodes {
-			dst := web[fn][0]
-			if seen, err := c.WhoAmIFrom(src, dst.IP.String()); err != nil || seen != src.IP.String() {
+			dst := h.Web[fn][0]
+			if seen, err := h.WhoAmIFrom(src, dst.IP.String()); err != nil || seen != src.IP.String() {
 				t.Errorf("%s (%s) → %s (%s): seen as %q (%v), want %s", src.Name, vn, dst.Name, fn, seen, err, src.IP)
 			}
-			if seen, err := c.WhoAmIFrom(dst, src.IP.String()); err != nil || seen != dst.IP.String() {
+			if seen, err := h.WhoAmIFrom(dst, src.IP.String()); err != nil || seen != dst.IP.String() {
 				t.Errorf("%s (%s) → %s (%s): seen as %q (%v), want %s", dst.Name, fn, src.Name, vn, seen, err, dst.IP)
 			}
 		}
@@ -172,7 +101,7 @@ func TestFlannelPodsAndVMsBothWays(t *testing.T) {
 // (kube-proxy's DNAT on the flannel node, then vmlane's route), and the
 // VM sees the flannel pod's own address.
 func TestServiceToVM(t *testing.T) {
-	c.Apply(t, `apiVersion: v1
+	h.Apply(t, `apiVersion: v1
 kind: Service
 metadata: {name: vm1, namespace: default}
 spec:
@@ -180,15 +109,15 @@ spec:
   ports: [{port: 80, targetPort: 80}]
 `)
 	// Only vm-1 behind it: the selector matches both VM pods, so name it.
-	c.MustKubectl(t, "label", "pod", "vm-1", "svc=vm1", "--overwrite")
-	c.MustKubectl(t, "patch", "service", "vm1", "-p", `{"spec":{"selector":{"app":"vm","svc":"vm1"}}}`)
-	svc, err := c.Client.CoreV1().Services("default").Get(context.Background(), "vm1", metav1.GetOptions{})
+	h.MustKubectl(t, "label", "pod", "vm-1", "svc=vm1", "--overwrite")
+	h.MustKubectl(t, "patch", "service", "vm1", "-p", `{"spec":{"selector":{"app":"vm","svc":"vm1"}}}`)
+	svc, err := h.Client.CoreV1().Services("default").Get(context.Background(), "vm1", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := web["flannel-b"][0]
+	src := h.Web["flannel-b"][0]
 	cluster.WaitFor(t, time.Minute, "vm-1 through Service vm1 from "+src.Name, func() (bool, string) {
-		seen, err := c.WhoAmIFrom(src, svc.Spec.ClusterIP)
+		seen, err := h.WhoAmIFrom(src, svc.Spec.ClusterIP)
 		return err == nil && seen == src.IP.String(), fmt.Sprintf("seen as %q (%v), want %s", seen, err, src.IP)
 	})
 }
@@ -199,19 +128,19 @@ spec:
 // gateway, not the pod; the stand-in routes the Service CIDR via a
 // flannel node.
 func TestServiceFromNodeWithoutKubeProxy(t *testing.T) {
-	mac := c.RealNode("mac-node")
+	mac := h.RealNode("mac-node")
 	routes := mac.Routes()
 	if !strings.Contains(routes, "10.96.0.0/16 via 10.99.0.11") && !strings.Contains(routes, "10.96.0.0/16 via 10.99.0.12") {
 		t.Fatalf("mac-node does not route the Service CIDR via a flannel node:\n%s", routes)
 	}
-	svc, err := c.Client.CoreV1().Services("default").Get(context.Background(), "web", metav1.GetOptions{})
+	svc, err := h.Client.CoreV1().Services("default").Get(context.Background(), "web", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := web["mac-node"][0]
+	src := h.Web["mac-node"][0]
 	served := map[string]bool{}
 	for i := range 12 {
-		out, err := c.Exec(src, "timeout", "10", "wget", "-q", "-O", "-", "http://"+svc.Spec.ClusterIP+"/cgi-bin/whoserves")
+		out, err := h.Exec(src, "timeout", "10", "wget", "-q", "-O", "-", "http://"+svc.Spec.ClusterIP+"/cgi-bin/whoserves")
 		seen, backend, _ := strings.Cut(strings.TrimSpace(out), " ")
 		if err != nil || backend == "" {
 			t.Fatalf("request %d to Service web (%s) from %s on the node without kube-proxy: %q (%v)", i, svc.Spec.ClusterIP, src.Name, out, err)
@@ -230,26 +159,26 @@ func TestServiceFromNodeWithoutKubeProxy(t *testing.T) {
 // a podCIDR, and its InternalIP is set by hand.
 func TestLabelRoutes(t *testing.T) {
 	ctx := context.Background()
-	if _, err := c.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "vm-late"}}, metav1.CreateOptions{}); err != nil {
+	if _, err := h.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "vm-late"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Client.CoreV1().Nodes().Delete(context.Background(), "vm-late", metav1.DeleteOptions{}) })
+	t.Cleanup(func() { h.Client.CoreV1().Nodes().Delete(context.Background(), "vm-late", metav1.DeleteOptions{}) })
 	// The node IPAM controller updates the new Node too: retry on
 	// conflict.
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := c.Client.CoreV1().Nodes().Get(ctx, "vm-late", metav1.GetOptions{})
+		n, err := h.Client.CoreV1().Nodes().Get(ctx, "vm-late", metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.99.0.50"}}
-		_, err = c.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		_, err = h.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
 	var cidr string
 	cluster.WaitFor(t, time.Minute, "vm-late's podCIDR from node IPAM", func() (bool, string) {
-		n, err := c.Client.CoreV1().Nodes().Get(ctx, "vm-late", metav1.GetOptions{})
+		n, err := h.Client.CoreV1().Nodes().Get(ctx, "vm-late", metav1.GetOptions{})
 		if err != nil || len(n.Spec.PodCIDRs) == 0 {
 			return false, fmt.Sprint(err)
 		}
@@ -259,55 +188,128 @@ func TestLabelRoutes(t *testing.T) {
 	want := cidr + " via 10.99.0.50"
 	time.Sleep(2 * time.Second)
 	for _, fn := range flannelNodes {
-		if r := c.RealNode(fn).Routes(); strings.Contains(r, cidr) {
+		if r := h.RealNode(fn).Routes(); strings.Contains(r, cidr) {
 			t.Fatalf("%s routes the unlabelled node:\n%s", fn, r)
 		}
 	}
 	start := time.Now()
-	c.MustKubectl(t, "label", "node", "vm-late", "vmlane.io/vm-node=true")
+	h.MustKubectl(t, "label", "node", "vm-late", "vmlane.io/vm-node=true")
 	for _, fn := range flannelNodes {
 		cluster.WaitFor(t, 30*time.Second, fn+" routes the labelled node", func() (bool, string) {
-			r := c.RealNode(fn).Routes()
+			r := h.RealNode(fn).Routes()
 			return strings.Contains(r, want), r
 		})
 	}
 	t.Logf("labelled: routed on both flannel nodes after %v", time.Since(start).Round(time.Millisecond))
 	start = time.Now()
-	c.MustKubectl(t, "label", "node", "vm-late", "vmlane.io/vm-node-")
+	h.MustKubectl(t, "label", "node", "vm-late", "vmlane.io/vm-node-")
 	for _, fn := range flannelNodes {
 		cluster.WaitFor(t, 30*time.Second, fn+" withdraws the route", func() (bool, string) {
-			r := c.RealNode(fn).Routes()
+			r := h.RealNode(fn).Routes()
 			return !strings.Contains(r, cidr), r
 		})
 	}
 	t.Logf("unlabelled: withdrawn on both flannel nodes after %v", time.Since(start).Round(time.Millisecond))
 }
 
-// TestRestartUnderTraffic: restarting vmlane's pods (routes-only on a
-// flannel node, full on the VM node) loses no ping between a flannel pod
-// and a VM: routes and rules stay while vmlaned is away.
-func TestRestartUnderTraffic(t *testing.T) {
-	src, vm := web["flannel-a"][0], vms["vm-1"]
+// pingDuring has a flannel pod ping a VM 60 times, 0.2 s apart, and runs
+// disrupt 2 s in: it fails t unless every ping was answered.
+func pingDuring(t *testing.T, what string, disrupt func()) {
+	t.Helper()
+	src, vm := h.Web["flannel-a"][0], h.VMs["vm-1"]
 	type result struct {
 		r   cluster.PingResult
 		out string
 	}
 	done := make(chan result, 1)
 	go func() {
-		r, out := c.PingFrom(src, vm.IP, 60, "0.2")
+		r, out := h.PingFrom(src, vm.IP, 60, "0.2")
 		done <- result{r, out}
 	}()
 	time.Sleep(2 * time.Second)
-	c.MustKubectl(t, "-n", "vmlane-system", "delete", "pod", "-l", "app.kubernetes.io/name=vmlane-routes", "--field-selector", "spec.nodeName=flannel-a", "--wait=false")
-	c.MustKubectl(t, "-n", "vmlane-system", "delete", "pod", "-l", "app.kubernetes.io/name=vmlane", "--wait=false")
+	disrupt()
 	res := <-done
 	if res.r.Recv != 60 {
-		t.Errorf("%s → %s while vmlane's pods restarted: %d of 60 pings answered\n%s", src.Name, vm.Name, res.r.Recv, res.out)
+		t.Errorf("%s → %s while %s: %d of 60 pings answered\n%s", src.Name, vm.Name, what, res.r.Recv, res.out)
 	}
-	cluster.WaitFor(t, 2*time.Minute, "vmlane DaemonSets ready again", func() (bool, string) {
-		if ok, why := c.PodsReady("vmlane-system", "app.kubernetes.io/name=vmlane-routes", len(flannelNodes)); !ok {
-			return false, why
-		}
-		return c.PodsReady("vmlane-system", "app.kubernetes.io/name=vmlane", 1)
+}
+
+// TestRestartUnderTraffic: restarting vmlane's pods (routes-only on a
+// flannel node, full on the VM node), or flanneld on both flannel nodes,
+// loses no ping between a flannel pod and a VM: vmlane's routes and rules
+// stay while vmlaned is away, and flannel's restart does not touch them.
+func TestRestartUnderTraffic(t *testing.T) {
+	t.Run("vmlane", func(t *testing.T) {
+		pingDuring(t, "vmlane's pods restarted", func() {
+			h.MustKubectl(t, "-n", "vmlane-system", "delete", "pod", "-l", "app.kubernetes.io/name=vmlane-routes", "--field-selector", "spec.nodeName=flannel-a", "--wait=false")
+			h.MustKubectl(t, "-n", "vmlane-system", "delete", "pod", "-l", "app.kubernetes.io/name=vmlane", "--wait=false")
+		})
+		cluster.WaitFor(t, 2*time.Minute, "vmlane DaemonSets ready again", h.DaemonSetsReady)
 	})
+	t.Run("flannel", func(t *testing.T) {
+		// SIGTERM, as the kubelet stops kube-flannel's container; the
+		// node starts flanneld again a second later (node-init.sh).
+		old := map[string][]int{}
+		pingDuring(t, "flanneld restarted on both flannel nodes", func() {
+			for _, name := range flannelNodes {
+				pids, err := h.RealNode(name).Signal("flanneld", syscall.SIGTERM)
+				if err != nil {
+					t.Fatal(err)
+				}
+				old[name] = pids
+			}
+			start := time.Now()
+			for _, name := range flannelNodes {
+				n := h.RealNode(name)
+				cluster.WaitFor(t, 30*time.Second, "flanneld running again on "+name, func() (bool, string) {
+					pids := n.Pids("flanneld")
+					return len(pids) == 1 && !slices.Contains(old[name], pids[0]), fmt.Sprintf("flanneld pids %v (before: %v)", pids, old[name])
+				})
+				t.Logf("%s: flanneld %v stopped, %v running after %v", name, old[name], n.Pids("flanneld"), time.Since(start).Round(time.Millisecond))
+			}
+		})
+		// And flannel, back, made what it had made (its conflist, routes
+		// and rules), and vmlane's routes are still there.
+		for _, name := range flannelNodes {
+			n := h.RealNode(name)
+			cluster.WaitFor(t, time.Minute, name+": flannel's state as before", func() (bool, string) {
+				got, err := n.FlannelState()
+				return err == nil && got == h.FlannelBefore[name], fmt.Sprintf("%v\nbefore:\n%s\nnow:\n%s", err, h.FlannelBefore[name], got)
+			})
+			for _, vm := range vmNodes {
+				if r := n.Routes(); !strings.Contains(r, podCIDR(t, vm).String()) {
+					t.Errorf("%s lost its route to %s after flanneld's restart:\n%s", name, vm, r)
+				}
+			}
+		}
+	})
+}
+
+// TestServiceFromVMWithoutKubeProxy: the VM on the Mac stand-in, which
+// runs no kube-proxy, fetched Service web's /cgi-bin/whoserves from inside
+// its guest at boot: through its node's route to the Service gateway,
+// whose masquerade makes the backend see the gateway, not the VM.
+func TestServiceFromVMWithoutKubeProxy(t *testing.T) {
+	vm := h.VMs["vm-2"]
+	var rep testvm.Result
+	cluster.WaitFor(t, time.Minute, vm.Name+"'s guest reports its fetch of Service web", func() (bool, string) {
+		var err error
+		rep, err = h.GuestReport(vm.Name)
+		return err == nil && len(rep.Fetches) > 0, fmt.Sprintf("%v\n%s", err, rep.Console)
+	})
+	f := rep.Fetches[0]
+	if !f.OK {
+		t.Fatalf("%s's guest on %s could not fetch %s: %s\n%s", vm.Name, vm.Node, f.URL, f.Err, rep.Console)
+	}
+	seen, backend, _ := strings.Cut(f.Body, "_")
+	if !strings.HasPrefix(backend, "web-") {
+		t.Errorf("%s fetched %s: body %q, want the client address and a web pod's name", vm.Name, f.URL, f.Body)
+	}
+	if seen == vm.IP.String() {
+		t.Errorf("backend %s saw the VM's own address %s: the Service gateway did not masquerade", backend, seen)
+	}
+	if _, err := netip.ParseAddr(seen); err != nil {
+		t.Errorf("backend %s saw %q, not an address", backend, seen)
+	}
+	t.Logf("%s (%s) → Service web (%s): served by %s, which saw %s", vm.Name, vm.IP, h.WebIP, backend, seen)
 }

@@ -53,8 +53,8 @@ func setup(r *cluster.Runner) {
 	c.WaitNetwork(r)
 	web = c.DeployWeb(r)
 	// vm-b first: vm-a pings it as soon as it has its own address.
-	vms["vm-b"] = c.StartVMPod(r, "vm-b", "node-b", nil)
-	vms["vm-a"] = c.StartVMPod(r, "vm-a", "node-a", []netip.Addr{vms["vm-b"].IP})
+	vms["vm-b"] = c.StartVMPod(r, "vm-b", "node-b", cluster.VMGuest{})
+	vms["vm-a"] = c.StartVMPod(r, "vm-a", "node-a", cluster.VMGuest{Ping: []netip.Addr{vms["vm-b"].IP}})
 	for _, name := range []string{"vm-a", "vm-b"} {
 		c.WaitGuest(r, name)
 	}
