@@ -215,7 +215,8 @@ type repairPlan struct {
 
 // planRepair decides the rebuilt file of leaseFile (subnet, and subnet6 on
 // a dual-stack node, zero otherwise) from the cache, the node and what was
-// salvaged of the damaged file.
+// salvaged of the damaged file. leaseFile and the cache entries' lease
+// files must be canonical (canonicalPath): they are compared as strings.
 func planRepair(leaseFile string, subnet, subnet6 netip.Prefix, cache []cacheEntry, node nodeState, salvaged []leases.Lease, now time.Time) repairPlan {
 	plan := repairPlan{restored: map[netip.Addr]string{}}
 	ips, macs := map[netip.Addr]bool{}, map[string]bool{}
@@ -253,8 +254,13 @@ func planRepair(leaseFile string, subnet, subnet6 netip.Prefix, cache []cacheEnt
 	done := map[leases.Key]bool{}
 	slices.SortFunc(cache, func(a, b cacheEntry) int { return a.ip.Compare(b.ip) })
 	for _, e := range cache {
-		if e.leaseFile != leaseFile || e.subnet != subnet {
-			continue // another network's, or another subnet's (an old podCIDR)
+		switch {
+		case e.leaseFile != leaseFile:
+			plan.notes = append(plan.notes, fmt.Sprintf("left out: CNI cache entry %s (attachment %s, network %q): its lease file is %s, not %s", e.file, e.key, e.networkName, e.leaseFile, leaseFile))
+			continue
+		case e.subnet != subnet:
+			plan.notes = append(plan.notes, fmt.Sprintf("left out: CNI cache entry %s (attachment %s, network %q): its subnet %s is not the node's %s (an old podCIDR's)", e.file, e.key, e.networkName, e.subnet, subnet))
+			continue
 		}
 		port := plugin.HostVethName(e.key)
 		if !node.ports[port] {
@@ -430,8 +436,29 @@ func subnet6Of(leaseFile string, subnet netip.Prefix, cache []cacheEntry, header
 	return netip.Prefix{}, netip.Addr{}
 }
 
+// canonicalPath names the file at p as one string however p was spelled
+// (relative, with // or .., through a symlink): absolute, clean, symlinks
+// resolved, the folder's alone when the file does not exist (yet). Repair
+// matches the CNI cache's lease files to --lease-file by it; by the
+// spelling, every entry of a differently spelled path was left out and
+// live pods' addresses given away.
+func canonicalPath(p string) string {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return filepath.Clean(p)
+	}
+	if r, err := filepath.EvalSymlinks(abs); err == nil {
+		return r
+	}
+	if d, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
+		return filepath.Join(d, filepath.Base(abs))
+	}
+	return abs
+}
+
 // leasesRepair is `vmlanectl leases repair`.
 func (c *cli) leasesRepair(o *leasesOpts) error {
+	file := canonicalPath(o.file)
 	data, err := os.ReadFile(o.file)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("reading %s: %w", o.file, err)
@@ -446,20 +473,23 @@ func (c *cli) leasesRepair(o *leasesOpts) error {
 	if err != nil {
 		return err
 	}
+	for i := range cache {
+		cache[i].leaseFile = canonicalPath(cache[i].leaseFile)
+	}
 	for _, p := range problems {
 		fmt.Fprintln(c.stderr, "CNI cache:", p)
 	}
-	subnet, gw, err := subnetOf(o.subnet, o.file, cache, header)
+	subnet, gw, err := subnetOf(o.subnet, file, cache, header)
 	if err != nil {
 		return err
 	}
-	subnet6, gw6 := subnet6Of(o.file, subnet, cache, header)
+	subnet6, gw6 := subnet6Of(file, subnet, cache, header)
 	node, err := readNode(o.bridge)
 	if err != nil {
 		return err
 	}
 	now := time.Now().UTC().Truncate(time.Second)
-	plan := planRepair(o.file, subnet, subnet6, cache, node, salvaged, now)
+	plan := planRepair(file, subnet, subnet6, cache, node, salvaged, now)
 	printPlan(c.stdout, plan)
 	if o.dryRun {
 		fmt.Fprintf(c.stdout, "dry run: %s not written (%d leases in subnet %s)\n", o.file, len(plan.leases), subnet)

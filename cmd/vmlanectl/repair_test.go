@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -86,7 +88,9 @@ func TestPlanRepair(t *testing.T) {
 		entry("gone", "10.244.3.3", "02:76:0a:f4:03:03", true),
 		entry("moved", "10.244.3.4", "02:76:0a:f4:03:04", false),
 		entry("bound", "10.244.3.5", "02:76:0a:f4:03:05", true),
+		entry("other-file", "10.244.3.8", "02:76:0a:f4:03:08", false),
 	}
+	cache[4].leaseFile, cache[4].file = "/var/lib/other/leases.json", "results/vmlane-other-file-eth0"
 	node := nodeState{
 		ports: map[string]bool{port("live"): true, port("moved"): true, port("bound"): true, port("salv"): true, "vmlorphan": true},
 		guarded: map[string]antispoof.Port{
@@ -128,6 +132,7 @@ func TestPlanRepair(t *testing.T) {
 		"quarantined",         // a newer vmlane's lease
 		"restored the latter", // cache and table disagree
 		"WARNING: port vmlorphan uses 02:76:0a:f4:03:63 10.244.3.99", // in use, no record
+		"left out: CNI cache entry results/vmlane-other-file-eth0 (attachment other-file/eth0, network \"vmlane\"): its lease file is /var/lib/other/leases.json, not " + repairFile,
 	} {
 		if !strings.Contains(notes, w) {
 			t.Errorf("notes lack %q:\n%s", w, notes)
@@ -211,5 +216,39 @@ func TestPlanRepairDualStack(t *testing.T) {
 		if !strings.Contains(notes, w) {
 			t.Errorf("notes lack %q:\n%s", w, notes)
 		}
+	}
+}
+
+// TestCanonicalPath: however --lease-file and the CNI config spell one
+// file, repair compares one string.
+func TestCanonicalPath(t *testing.T) {
+	dir := t.TempDir()
+	real := filepath.Join(dir, "var", "lib", "vmlane")
+	if err := os.MkdirAll(real, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(real, "leases.json")
+	if err := os.WriteFile(file, []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(real, filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	want := canonicalPath(file)
+	t.Chdir(filepath.Join(dir, "var"))
+	for _, p := range []string{
+		file,
+		"lib/vmlane/leases.json", // relative
+		filepath.Join(dir, "var//lib/vmlane/leases.json"), // //
+		filepath.Join(dir, "var/lib/../lib/vmlane/leases.json"),
+		filepath.Join(dir, "link", "leases.json"), // through a symlink
+	} {
+		if got := canonicalPath(p); got != want {
+			t.Errorf("canonicalPath(%q) = %q, want %q", p, got, want)
+		}
+	}
+	// A missing file (repair of a deleted one) resolves through its folder.
+	if got, want := canonicalPath(filepath.Join(dir, "link", "gone.json")), filepath.Join(filepath.Dir(want), "gone.json"); got != want {
+		t.Errorf("missing file: %q, want %q", got, want)
 	}
 }
