@@ -325,3 +325,36 @@ func TestRoutesOnlyFollowsLabels(t *testing.T) {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
 }
+
+// TestChangesRoutes: which Node updates ask for a reconcile. Routes-only
+// mode ignores nodes that are VM nodes neither before nor after (other
+// than itself); full mode reads every node.
+func TestChangesRoutes(t *testing.T) {
+	linux := map[string]string{"kubernetes.io/os": "linux"}
+	vm := map[string]string{"kubernetes.io/os": "linux", VMNodeLabel: "true"}
+	node := func(name, ip string, labels map[string]string) *corev1.Node {
+		return hybridNode(name, ip, "10.244.7.0/24", labels, time.Hour)
+	}
+	for _, tc := range []struct {
+		name       string
+		routesOnly bool
+		a, b       *corev1.Node
+		want       bool
+	}{
+		{"routes-only: another CNI's node moves", true, node("flannel-2", "192.168.1.11", linux), node("flannel-2", "192.168.1.99", linux), false},
+		{"routes-only: a VM node moves", true, node("vm-1", "192.168.1.13", vm), node("vm-1", "192.168.1.99", vm), true},
+		{"routes-only: a node becomes a VM node", true, node("vm-1", "192.168.1.13", linux), node("vm-1", "192.168.1.13", vm), true},
+		{"routes-only: a node stops being one", true, node("vm-1", "192.168.1.13", vm), node("vm-1", "192.168.1.13", linux), true},
+		{"routes-only: itself", true, node("flannel-1", "192.168.1.10", linux), node("flannel-1", "192.168.1.98", linux), true},
+		{"routes-only: a heartbeat", true, node("vm-1", "192.168.1.13", vm), node("vm-1", "192.168.1.13", vm), false},
+		{"full mode: any node moves", false, node("flannel-2", "192.168.1.11", linux), node("flannel-2", "192.168.1.99", linux), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := NewController(fake.NewClientset(), newFakeTable(), newFakeIPT(), nil, record.NewFakeRecorder(1), NewMetrics(nil), slog.New(slog.DiscardHandler),
+				Options{NodeName: "flannel-1", VMNodesOnly: tc.routesOnly})
+			if got := c.changesRoutes(tc.a, tc.b); got != tc.want {
+				t.Errorf("changesRoutes = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
