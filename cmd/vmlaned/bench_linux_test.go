@@ -91,7 +91,7 @@ func BenchmarkRouteController5000(b *testing.B) {
 
 	clusterCIDR := os.Getenv("VMLANE_BENCH_CLUSTER_CIDR") == "1"
 	t0 := time.Now()
-	nodes, kept := c.createNodes()
+	nodes, kept := c.createNodes(nil)
 	create := time.Since(t0)
 	b.Logf("created %d Nodes in %v (status.addresses kept by Create: %v)", len(nodes), create.Round(time.Millisecond), kept)
 	listJSON, listProto := c.listCost(""), c.listCost("application/vnd.kubernetes.protobuf")
@@ -121,7 +121,7 @@ func BenchmarkRouteController5000(b *testing.B) {
 	r.fullSync, r.startToRoutes = w.fullAt.Sub(synced), w.fullAt.Sub(d.start)
 	r.cpuSync = procCPU(b, d.pid())
 	r.rssSync, _ = procMem(b, d.pid())
-	checkInstalled(b, a, nodes)
+	checkInstalled(b, a, benchRoutes(len(nodes), nil))
 	b.Logf("full sync %v after 'node informer synced', %v after start", r.fullSync.Round(time.Millisecond), r.startToRoutes.Round(time.Millisecond))
 
 	r.drops = netlinkDrops(b, a, d.pid())
@@ -254,9 +254,10 @@ func natRules(clusterCIDR bool) string {
 
 // createNodes creates node a and benchNodes others with benchWorkers
 // concurrent clients, and returns the others as created (index i is node
-// i). kept reports whether Create kept status.addresses; where it did not,
-// each Node got an UpdateStatus too.
-func (c *cluster) createNodes() (nodes []*corev1.Node, kept bool) {
+// i); vm(i), where vm is not nil, labels node i a VM node. kept reports
+// whether Create kept status.addresses; where it did not, each Node got an
+// UpdateStatus too.
+func (c *cluster) createNodes(vm func(i int) bool) (nodes []*corev1.Node, kept bool) {
 	c.tb.Helper()
 	ctx := context.Background()
 	create := func(name string, i int, ip netip.Addr) (*corev1.Node, bool, error) {
@@ -264,6 +265,9 @@ func (c *cluster) createNodes() (nodes []*corev1.Node, kept bool) {
 		addrs := []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip.String()}}
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: corev1.NodeSpec{PodCIDR: p, PodCIDRs: []string{p}}, Status: corev1.NodeStatus{Addresses: addrs}}
+		if vm != nil && i < benchNodes && vm(i) {
+			n.Labels = map[string]string{routes.VMNodeLabel: "true"}
+		}
 		n, err := c.client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
 		if err != nil || len(n.Status.Addresses) > 0 {
 			return n, true, err
@@ -595,6 +599,8 @@ type routeWatch struct {
 	gw     map[netip.Prefix]netip.Addr // guarded by mu
 	waitOn routes.Route                // guarded by mu; Dst invalid: nothing awaited
 	waitCh chan time.Time              // guarded by mu
+	goneOn netip.Prefix                // guarded by mu; invalid: no deletion awaited
+	goneCh chan time.Time              // guarded by mu
 }
 
 func watchRoutes(tb testing.TB, n *netnstest.NS, want int) *routeWatch {
@@ -637,6 +643,10 @@ func watchRoutes(tb testing.TB, n *netnstest.NS, want int) *routeWatch {
 				}
 			case unix.RTM_DELROUTE:
 				delete(w.gw, dst)
+				if w.goneCh != nil && w.goneOn == dst {
+					w.goneCh <- now
+					w.goneCh = nil
+				}
 			}
 			w.mu.Unlock()
 		}
@@ -666,6 +676,16 @@ func (w *routeWatch) expect(r routes.Route) <-chan time.Time {
 	return ch
 }
 
+// expectGone arms the watch for the deletion of the route to dst (one at a
+// time); the channel gets the time its RTM_DELROUTE arrives.
+func (w *routeWatch) expectGone(dst netip.Prefix) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	w.mu.Lock()
+	w.goneOn, w.goneCh = dst, ch
+	w.mu.Unlock()
+	return ch
+}
+
 // restoreAfterDelete deletes node i's route by hand and says how soon
 // vmlaned puts it back: at once if its delete watch still works, at the
 // next resync if its subscription died.
@@ -682,8 +702,21 @@ func (w *routeWatch) restoreAfterDelete(tb testing.TB, n *netnstest.NS, i int) s
 	}
 }
 
-// checkInstalled dumps the table once and checks every node's route.
-func checkInstalled(tb testing.TB, n *netnstest.NS, nodes []*corev1.Node) {
+// benchRoutes is the route of each node i < n for which vm(i) holds (every
+// one, for a nil vm), as its generation-0 address gives it.
+func benchRoutes(n int, vm func(i int) bool) map[netip.Prefix]netip.Addr {
+	want := map[netip.Prefix]netip.Addr{}
+	for i := range n {
+		if vm == nil || vm(i) {
+			want[benchPodCIDR(i)] = benchNodeIP(i, 0)
+		}
+	}
+	return want
+}
+
+// checkInstalled dumps the table once and checks that vmlane's routes are
+// want, no more and no fewer.
+func checkInstalled(tb testing.TB, n *netnstest.NS, want map[netip.Prefix]netip.Addr) {
 	tb.Helper()
 	var rs []netlink.Route
 	if err := n.Do(func() (err error) {
@@ -697,12 +730,12 @@ func checkInstalled(tb testing.TB, n *netnstest.NS, nodes []*corev1.Node) {
 		gw, _ := netip.AddrFromSlice(r.Gw)
 		got[toPrefix(r.Dst)] = gw
 	}
-	if len(got) != len(nodes) {
-		tb.Fatalf("%d routes with proto %d, want %d", len(got), routes.DefaultProtocol, len(nodes))
+	if len(got) != len(want) {
+		tb.Fatalf("%d routes with proto %d, want %d", len(got), routes.DefaultProtocol, len(want))
 	}
-	for i := range nodes {
-		if gw := got[benchPodCIDR(i)]; gw != benchNodeIP(i, 0) {
-			tb.Fatalf("route to %s via %v, want via %s", benchPodCIDR(i), gw, benchNodeIP(i, 0))
+	for dst, via := range want {
+		if gw := got[dst]; gw != via {
+			tb.Fatalf("route to %s via %v, want via %s", dst, gw, via)
 		}
 	}
 }
