@@ -208,6 +208,9 @@ func (f *File) validate() error {
 	if !slices.IsSortedFunc(f.Leases, func(a, b Lease) int { return a.IP.Compare(b.IP) }) {
 		f.sort()
 	}
+	if err := f.validateOwners(); err != nil {
+		return err
+	}
 	for i, l := range f.Leases {
 		if !l.IP.IsValid() {
 			return fmt.Errorf("lease %d has no valid \"ip\"", i)
@@ -232,6 +235,49 @@ func (f *File) validate() error {
 		}
 	}
 	return nil
+}
+
+// validateOwners checks that no attachment holds two leases and no MAC two
+// that hold it (holdsMAC): a DEL would free one, and the other stay held
+// with nobody to release it. Leases this version does not know follow
+// their writer's rules, which it cannot check.
+func (f *File) validateOwners() error {
+	var keys map[Key]int
+	var macs map[string]int
+	for i, l := range f.Leases {
+		if !l.Known() {
+			continue // a newer writer's, by its rules
+		}
+		if l.Source == SourceCNI && l.ContainerID != "" {
+			if keys == nil {
+				keys = make(map[Key]int)
+			}
+			if j, ok := keys[l.Key()]; ok {
+				return fmt.Errorf("lease %d: attachment %s holds two leases (also lease %d)", i, l.Key(), j)
+			}
+			keys[l.Key()] = i
+		}
+		if l.MAC != "" && holdsMAC(l) {
+			if macs == nil {
+				macs = make(map[string]int)
+			}
+			if j, ok := macs[l.MAC]; ok {
+				return fmt.Errorf("lease %d: mac %s holds two leases (also lease %d)", i, l.MAC, j)
+			}
+			macs[l.MAC] = i
+		}
+	}
+	return nil
+}
+
+// holdsMAC reports whether l holds its MAC, so that no other lease may
+// have it: every lease but a declined dynamic one, which only keeps its
+// address out of use while its client gets another. A declined CNI
+// reservation is the VM's address and turns reserved again; a lease of a
+// state this version does not know holds its MAC too (whether its writer
+// would let the MAC have a second lease, this version cannot tell).
+func holdsMAC(l Lease) bool {
+	return l.State != StateDeclined || l.Source == SourceCNI
 }
 
 // validate6 checks the IPv6 members: a subnet of its family with host bits

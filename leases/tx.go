@@ -303,15 +303,9 @@ func (tx *Tx) macFor(req ReserveRequest, ip netip.Addr) (string, error) {
 	if mac == "" {
 		return "", nil
 	}
-	// One lease per MAC. A declined CNI reservation counts: it is the
-	// VM's address, and it turns reserved again when its quarantine ends,
-	// so a second lease now would leave the MAC with two. A declined
-	// dynamic lease does not: it only keeps the address out of use, and
-	// its client gets another. A lease this version does not know holds
-	// its MAC too (its state is not StateDeclined): whether its writer
-	// would let the MAC have a second lease, this version cannot tell.
+	// One lease per MAC (holdsMAC).
 	for _, l := range tx.f.Leases {
-		if l.MAC == mac && (l.State != StateDeclined || l.Source == SourceCNI) {
+		if l.MAC == mac && holdsMAC(l) {
 			return "", fmt.Errorf("MAC %s: %w by %s (ip %s, %s)", mac, ErrInUse, describe(l), l.IP, l.State)
 		}
 	}

@@ -219,7 +219,7 @@ type repairPlan struct {
 // files must be canonical (canonicalPath): they are compared as strings.
 func planRepair(leaseFile string, subnet, subnet6 netip.Prefix, cache []cacheEntry, node nodeState, salvaged []leases.Lease, now time.Time) repairPlan {
 	plan := repairPlan{restored: map[netip.Addr]string{}}
-	ips, macs := map[netip.Addr]bool{}, map[string]bool{}
+	ips, macs, keys := map[netip.Addr]bool{}, map[string]bool{}, map[leases.Key]bool{}
 	add := func(l leases.Lease, from string) bool {
 		if l.IP6.IsValid() && !subnet6.Contains(l.IP6) {
 			plan.notes = append(plan.notes, fmt.Sprintf("%s (%s): IPv6 %s dropped: it is outside the node's IPv6 subnet %v", describe(l), from, l.IP6, subnet6))
@@ -234,8 +234,14 @@ func planRepair(leaseFile string, subnet, subnet6 netip.Prefix, cache []cacheEnt
 			plan.notes = append(plan.notes, fmt.Sprintf("not restored: %s (%s): %s is already restored for another", describe(l), from, l.IP6))
 		case l.MAC != "" && macs[l.MAC]:
 			plan.notes = append(plan.notes, fmt.Sprintf("not restored: %s (%s): MAC %s is already restored for another", describe(l), from, l.MAC))
+		case l.ContainerID != "" && keys[l.Key()]:
+			// The cache's (confirmed by the bridge) came first.
+			plan.notes = append(plan.notes, fmt.Sprintf("not restored: %s (%s): attachment %s already has its lease", describe(l), from, l.Key()))
 		default:
 			ips[l.IP], macs[l.MAC] = true, true
+			if l.ContainerID != "" {
+				keys[l.Key()] = true
+			}
 			if l.IP6.IsValid() {
 				ips[l.IP6] = true
 			}
@@ -299,8 +305,13 @@ func planRepair(leaseFile string, subnet, subnet6 netip.Prefix, cache []cacheEnt
 	for _, l := range salvaged {
 		switch {
 		case !l.Known():
-			plan.notes = append(plan.notes, fmt.Sprintf("not restored: %s: state %q, source %q are a newer vmlane's", describe(l), l.State, l.Source))
+			// A newer vmlane's: kept as it was, members and all, so its
+			// address stays held and that vmlane finds it again.
+			add(l, fmt.Sprintf("damaged file, state %q source %q: a newer vmlane's, kept held", l.State, l.Source))
 		case l.Source == leases.SourceCNI && done[l.Key()]:
+			if plan.restored[l.IP] == "" {
+				plan.notes = append(plan.notes, fmt.Sprintf("not restored: %s from the damaged file: attachment %s already has its lease, from the CNI cache", describe(l), l.Key()))
+			}
 		case l.Source == leases.SourceCNI:
 			port := l.BridgePort
 			if port == "" {
@@ -456,9 +467,27 @@ func canonicalPath(p string) string {
 	return abs
 }
 
-// leasesRepair is `vmlanectl leases repair`.
+// leasesRepair is `vmlanectl leases repair`. It plans from one read of
+// the lease file and writes only while the file still holds what it read
+// (leases.Store.Replace); when a writer (an ADD, a DHCP bind) committed in
+// between, it reads and plans again, a few times.
 func (c *cli) leasesRepair(o *leasesOpts) error {
 	file := canonicalPath(o.file)
+	const tries = 5
+	for try := 1; ; try++ {
+		err := c.repairOnce(o, file)
+		if !errors.Is(err, leases.ErrChanged) {
+			return err
+		}
+		if try == tries {
+			return fmt.Errorf("%w: it kept changing while repair planned (%d tries); stop what writes it (vmlaned) and run repair again", err, tries)
+		}
+		fmt.Fprintf(c.stderr, "the lease file changed while repair planned (%v): planning again\n", err)
+	}
+}
+
+// repairOnce is one read, plan and write of leasesRepair.
+func (c *cli) repairOnce(o *leasesOpts, file string) error {
 	data, err := os.ReadFile(o.file)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("reading %s: %w", o.file, err)
@@ -468,7 +497,11 @@ func (c *cli) leasesRepair(o *leasesOpts) error {
 			return fmt.Errorf("lease file %s reads fine: repair rewrites it only with --force", o.file)
 		}
 	}
-	salvaged, header := leases.Salvage(data)
+	sv := leases.Salvage(data)
+	header := sv.Header
+	if header.Version > leases.Version {
+		return fmt.Errorf("lease file %s is format version %d, which a newer vmlane wrote; this vmlanectl writes version %d and would drop what it does not know: repair it with the vmlanectl of the vmlane that wrote it", o.file, header.Version, leases.Version)
+	}
 	cache, problems, err := readCNICache(o.cniCache)
 	if err != nil {
 		return err
@@ -489,7 +522,21 @@ func (c *cli) leasesRepair(o *leasesOpts) error {
 		return err
 	}
 	now := time.Now().UTC().Truncate(time.Second)
-	plan := planRepair(file, subnet, subnet6, cache, node, salvaged, now)
+	plan := planRepair(file, subnet, subnet6, cache, node, sv.Leases, now)
+	for _, l := range sv.Lost {
+		plan.notes = append(plan.notes, "WARNING: the damaged file's "+l+" looks like a lease but does not parse (a torn write): if its address is in use, nothing holds it now")
+	}
+	rebuilt := &leases.File{Leases: plan.leases, Unknown: header.Unknown}
+	// The allocation cursors go on where they were, so that an address
+	// released just before the damage is not handed out at once.
+	if subnet.Contains(header.LastReserved) {
+		rebuilt.LastReserved = header.LastReserved
+	} else {
+		plan.notes = append(plan.notes, "the damaged file's allocation cursor is lost: allocation starts again at the subnet's first free address")
+	}
+	if subnet6.IsValid() && subnet6.Contains(header.LastReserved6) {
+		rebuilt.LastReserved6 = header.LastReserved6
+	}
 	printPlan(c.stdout, plan)
 	if o.dryRun {
 		fmt.Fprintf(c.stdout, "dry run: %s not written (%d leases in subnet %s)\n", o.file, len(plan.leases), subnet)
@@ -507,7 +554,7 @@ func (c *cli) leasesRepair(o *leasesOpts) error {
 	if data != nil {
 		keep = o.file + ".damaged-" + now.Format("20060102T150405Z")
 	}
-	if err := store.Replace(&leases.File{Leases: plan.leases}, keep); err != nil {
+	if err := store.Replace(rebuilt, keep, data); err != nil {
 		return err
 	}
 	if keep != "" {

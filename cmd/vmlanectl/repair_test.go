@@ -107,6 +107,9 @@ func TestPlanRepair(t *testing.T) {
 		{MAC: "02:76:0a:f4:03:07", IP: netip.MustParseAddr("10.244.3.7"), State: leases.StateReserved, Source: leases.SourceCNI, ContainerID: "dead", IfName: "eth0"},
 		{MAC: "52:54:00:00:00:03", IP: netip.MustParseAddr("10.244.3.2"), State: leases.StateBound, Source: leases.SourceDHCP, Expires: now.Add(time.Hour)},
 		{MAC: "52:54:00:00:00:04", IP: netip.MustParseAddr("10.244.3.210"), State: "quarantined", Source: leases.SourceDHCP},
+		// A second lease of the live attachment (a torn DEL+ADD): the
+		// cache's, which the bridge confirms, is the one kept.
+		{MAC: "02:76:0a:f4:03:12", IP: netip.MustParseAddr("10.244.3.12"), State: leases.StateReserved, Source: leases.SourceCNI, ContainerID: "live", IfName: "eth0"},
 	}
 	plan := planRepair(repairFile, repairSubnet, netip.Prefix{}, cache, node, salvaged, now)
 	var got []string
@@ -119,6 +122,7 @@ func TestPlanRepair(t *testing.T) {
 		"10.244.3.6 02:76:0a:f4:03:06 reserved salv/eth0  ",                                 // file only, port live
 		"10.244.3.44 02:76:0a:f4:03:44 reserved moved/eth0 " + port("moved") + " pod-moved", // the table wins
 		"10.244.3.200 52:54:00:00:00:01 bound /  ",                                          // a dynamic lease, unexpired
+		"10.244.3.210 52:54:00:00:00:04 quarantined /  ",                                    // a newer vmlane's, kept held
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("restored:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -129,8 +133,8 @@ func TestPlanRepair(t *testing.T) {
 		"dead/eth0",               // the file's, its veth gone
 		"10.244.3.201", "expired", // an expired dynamic lease
 		"10.244.3.2 52:54:00:00:00:03", "already restored", // a conflict with a live attachment
-		"quarantined",         // a newer vmlane's lease
-		"restored the latter", // cache and table disagree
+		"attachment live/eth0 already has its lease",                 // a second lease of one attachment
+		"restored the latter",                                        // cache and table disagree
 		"WARNING: port vmlorphan uses 02:76:0a:f4:03:63 10.244.3.99", // in use, no record
 		"left out: CNI cache entry results/vmlane-other-file-eth0 (attachment other-file/eth0, network \"vmlane\"): its lease file is /var/lib/other/leases.json, not " + repairFile,
 	} {

@@ -17,9 +17,9 @@ import (
 
 // TestLeasesRepair: pods attached through libcni (as containerd does, so
 // its result cache is real), then the lease file torn; `vmlanectl leases
-// repair` rebuilds it from the cache, the bridge's links and the
-// anti-spoofing table, keeps the damaged file, and the next pod gets an
-// address no running pod holds.
+// repair`, given the file by a relative path with a //, rebuilds it from
+// the cache, the bridge's links and the anti-spoofing table, keeps the
+// damaged file, and the next pod gets an address no running pod holds.
 func TestLeasesRepair(t *testing.T) {
 	privtest.Require(t, "ip", "iptables")
 	bin := buildBinaries(t)
@@ -68,7 +68,10 @@ func TestLeasesRepair(t *testing.T) {
 	if err := os.WriteFile(d.leaseFile, torn, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := node.Run(filepath.Join(bin, "vmlanectl"), "leases", "repair", "--lease-file", d.leaseFile, "--cni-cache-dir", cacheDir)
+	// --lease-file spelled otherwise than the conflists do (relative,
+	// with a //): the CNI cache's entries are still this file's.
+	out, err := node.Run("sh", "-c", "cd \"$1\" && \"$2\" leases repair --lease-file .//"+filepath.Base(d.leaseFile)+" --cni-cache-dir \"$3\"",
+		"sh", filepath.Dir(d.leaseFile), filepath.Join(bin, "vmlanectl"), cacheDir)
 	if err != nil {
 		t.Fatalf("repair: %v", err)
 	}
