@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/vmlane/vmlane/internal/command"
 	"github.com/vmlane/vmlane/leases"
 	"github.com/vmlane/vmlane/pf"
 )
@@ -28,10 +29,15 @@ type vmnet struct {
 	mode pf.VmnetMode
 	log  *slog.Logger
 	m    *vmnetMetrics
-	// statePath is vmnet's state file (pf.DefaultVmnetStatePath) and
-	// ifaces lists the Mac's interfaces (interfaces); tests set both.
+	// statePath is vmnet's state file (pf.DefaultVmnetStatePath),
+	// ifaces lists the Mac's interfaces (interfaces) and sharedNAT reads
+	// InternetSharing's NAT anchor (readSharedNAT); tests set them.
 	statePath string
 	ifaces    func() []pf.Iface
+	sharedNAT func() pf.SharedNAT
+	// natUnknown is whether the last read of the anchor failed, so that
+	// the failure is logged once, not every resync.
+	natUnknown bool
 }
 
 // configure tells vmnet the subnet: its plist, and on macOS 26 and later
@@ -126,7 +132,11 @@ func (v *vmnet) watch(ctx context.Context, podCIDR netip.Prefix, report func(st 
 		if ifaces == nil {
 			ifaces = func() []pf.Iface { return interfaces(v.log) }
 		}
-		st := pf.CheckBridge(ifaces(), podCIDR)
+		readNAT := v.sharedNAT
+		if readNAT == nil {
+			readNAT = v.readSharedNAT
+		}
+		st := pf.CheckBridge(ifaces(), podCIDR, readNAT())
 		v.m.set(st)
 		if st.State == pf.BridgeMismatch {
 			if _, err := v.applyPlist(podCIDR); err != nil {
@@ -153,6 +163,22 @@ func (v *vmnet) watch(ctx context.Context, podCIDR netip.Prefix, report func(st 
 		case <-tick.C:
 		}
 	}
+}
+
+// readSharedNAT reads InternetSharing's NAT anchor, which tells vmnet's
+// shared network's bridge from a host-only one; a failed read leaves every
+// vmnet bridge counted as the shared network's, and is logged once.
+func (v *vmnet) readSharedNAT() pf.SharedNAT {
+	out, err := command.Exec{}.Run("", "pfctl", "-a", pf.SharedNATAnchor, "-s", "nat")
+	if err != nil {
+		if !v.natUnknown {
+			v.log.Warn("reading InternetSharing's NAT anchor failed: every vmnet bridge counts as the shared network's, a host-only one too", "anchor", pf.SharedNATAnchor, "err", err)
+		}
+		v.natUnknown = true
+		return pf.SharedNAT{}
+	}
+	v.natUnknown = false
+	return pf.ParseSharedNAT(out)
 }
 
 func interfaces(log *slog.Logger) []pf.Iface {

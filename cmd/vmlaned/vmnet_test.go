@@ -28,8 +28,47 @@ func testVmnet(t *testing.T, mode pf.VmnetMode, ifaces []pf.Iface) (*vmnet, *pro
 	}
 	reg := prometheus.NewRegistry()
 	v := &vmnet{c: c, mode: mode, log: slog.New(slog.NewTextHandler(io.Discard, nil)), m: newVmnetMetrics(reg),
-		statePath: filepath.Join(dir, "vmnet-state.json"), ifaces: func() []pf.Iface { return ifaces }}
+		statePath: filepath.Join(dir, "vmnet-state.json"), ifaces: func() []pf.Iface { return ifaces },
+		sharedNAT: func() pf.SharedNAT { return pf.SharedNAT{} }}
 	return v, reg
+}
+
+// TestVmnetHostOnlyIsNoMismatch: a host-only vmnet network up beside the
+// shared one, or alone, as InternetSharing's NAT anchor tells them apart:
+// only the shared network's bridge is compared with the podCIDR, so a
+// host-only network is neither a mismatch (NetworkUnavailable, the plist
+// written again) nor a match.
+func TestVmnetHostOnlyIsNoMismatch(t *testing.T) {
+	pod := netip.MustParsePrefix("10.244.9.0/24")
+	hostOnly := pf.Iface{Name: "bridge100", Addrs: []netip.Prefix{netip.MustParsePrefix("192.168.128.1/24")}}
+	shared := pf.Iface{Name: "bridge101", Addrs: []netip.Prefix{netip.MustParsePrefix("10.244.9.1/24")}}
+	nat := "nat on en0 inet from 10.244.9.0/24 to any -> (en0:0) extfilter ei\nno nat on bridge101 inet from 10.244.9.1 to 10.244.9.0/24\n"
+	for _, tc := range []struct {
+		name   string
+		ifaces []pf.Iface
+		nat    string
+		want   pf.BridgeState
+	}{
+		{"host-only alone", []pf.Iface{hostOnly}, "", pf.BridgeDown},
+		{"host-only and shared at once", []pf.Iface{hostOnly, shared}, nat, pf.BridgeMatch},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v, reg := testVmnet(t, pf.ModePlist, tc.ifaces)
+			v.sharedNAT = func() pf.SharedNAT { return pf.ParseSharedNAT(tc.nat) }
+			if err := v.configure(pod); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			var seen pf.BridgeState
+			v.watch(ctx, pod, func(st pf.BridgeStatus, _ string, _ bool) { seen = st.State; cancel() })
+			if seen != tc.want {
+				t.Errorf("the watch saw %v, want %v", seen, tc.want)
+			}
+			if n := plistWrites(t, reg); n != 1 {
+				t.Errorf("plist writes = %v, want 1 (start only: no mismatch)", n)
+			}
+		})
+	}
 }
 
 func sharedNet(t *testing.T, path string) pf.SharedNet {
