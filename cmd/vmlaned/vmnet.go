@@ -213,7 +213,7 @@ type vmnetMetrics struct {
 func newVmnetMetrics(reg prometheus.Registerer) *vmnetMetrics {
 	m := &vmnetMetrics{
 		mismatch: prometheus.NewGauge(prometheus.GaugeOpts{Name: "vmlane_vmnet_subnet_mismatch", Help: "1 while vmnet's shared network is up on a subnet other than the node's podCIDR."}),
-		up:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "vmlane_vmnet_bridge_up", Help: "1 while a vmnet bridge has an IPv4 address."}),
+		up:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "vmlane_vmnet_bridge_up", Help: "1 while vmnet's shared network has a bridge with an IPv4 address (host-only networks do not count)."}),
 		writes:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vmlane_vmnet_config_writes_total", Help: "Writes of vmnet's configuration, by file (plist, network-file)."}, []string{"file"}),
 	}
 	reg.MustRegister(m.mismatch, m.up, m.writes)
