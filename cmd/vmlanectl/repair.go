@@ -37,6 +37,12 @@ import (
 // The decision is planRepair, a pure function; repair_linux.go reads the
 // node.
 
+// inFlight is how long after its reservation a CNI lease is kept though
+// its host veth is not on the bridge: the plugin reserves the address
+// before it makes the veth, so an ADD may be under way; the kubelet gives a
+// runtime call two minutes.
+const inFlight = 2 * time.Minute
+
 // cniCacheDir is libcni's default cache folder.
 const cniCacheDir = "/var/lib/cni"
 
@@ -317,11 +323,16 @@ func planRepair(leaseFile string, subnet, subnet6 netip.Prefix, cache []cacheEnt
 			if port == "" {
 				port = plugin.HostVethName(l.Key())
 			}
-			if !node.ports[port] {
+			switch {
+			case node.ports[port]:
+				add(l, "damaged file, port "+port+" live")
+			case !l.Created.IsZero() && now.Sub(l.Created) < inFlight:
+				// An ADD reserves the address before it makes the veth:
+				// one may be under way (repair --force on a live file).
+				add(l, "damaged file, reserved "+now.Sub(l.Created).Round(time.Second).String()+" ago: an ADD may be under way, kept (DEL or GC frees it if the pod never comes)")
+			default:
 				plan.notes = append(plan.notes, fmt.Sprintf("not restored: %s from the damaged file: its host veth %s is not on the bridge", describe(l), port))
-				continue
 			}
-			add(l, "damaged file, port "+port+" live")
 		case l.Expired(now):
 			plan.notes = append(plan.notes, fmt.Sprintf("not restored: %s from the damaged file: expired", describe(l)))
 		default:
@@ -467,6 +478,20 @@ func canonicalPath(p string) string {
 	return abs
 }
 
+// freeName is name, or name-2, name-3, ... if it is taken: two repairs in
+// one second (or a repair that planned again) keep both damaged files.
+func freeName(name string) string {
+	for i := 1; ; i++ {
+		n := name
+		if i > 1 {
+			n = fmt.Sprintf("%s-%d", name, i)
+		}
+		if _, err := os.Lstat(n); errors.Is(err, fs.ErrNotExist) {
+			return n
+		}
+	}
+}
+
 // leasesRepair is `vmlanectl leases repair`. It plans from one read of
 // the lease file and writes only while the file still holds what it read
 // (leases.Store.Replace); when a writer (an ADD, a DHCP bind) committed in
@@ -552,7 +577,7 @@ func (c *cli) repairOnce(o *leasesOpts, file string) error {
 	}
 	keep := ""
 	if data != nil {
-		keep = o.file + ".damaged-" + now.Format("20060102T150405Z")
+		keep = freeName(o.file + ".damaged-" + now.Format("20060102T150405Z"))
 	}
 	if err := store.Replace(rebuilt, keep, data); err != nil {
 		return err

@@ -110,6 +110,8 @@ func TestPlanRepair(t *testing.T) {
 		// A second lease of the live attachment (a torn DEL+ADD): the
 		// cache's, which the bridge confirms, is the one kept.
 		{MAC: "02:76:0a:f4:03:12", IP: netip.MustParseAddr("10.244.3.12"), State: leases.StateReserved, Source: leases.SourceCNI, ContainerID: "live", IfName: "eth0"},
+		// Reserved 10 s ago, its veth not made yet: an ADD under way.
+		{MAC: "02:76:0a:f4:03:13", IP: netip.MustParseAddr("10.244.3.13"), State: leases.StateReserved, Source: leases.SourceCNI, ContainerID: "inflight", IfName: "eth0", Created: now.Add(-10 * time.Second)},
 	}
 	plan := planRepair(repairFile, repairSubnet, netip.Prefix{}, cache, node, salvaged, now)
 	var got []string
@@ -120,6 +122,7 @@ func TestPlanRepair(t *testing.T) {
 		"10.244.3.2 02:76:0a:f4:03:02 reserved live/eth0 " + port("live") + " pod-live",     // cache, port live: vmlaned puts its entry back
 		"10.244.3.5 02:76:0a:f4:03:05 bound bound/eth0 " + port("bound") + " guest-name",    // binding kept from the file
 		"10.244.3.6 02:76:0a:f4:03:06 reserved salv/eth0  ",                                 // file only, port live
+		"10.244.3.13 02:76:0a:f4:03:13 reserved inflight/eth0  ",                            // an ADD under way
 		"10.244.3.44 02:76:0a:f4:03:44 reserved moved/eth0 " + port("moved") + " pod-moved", // the table wins
 		"10.244.3.200 52:54:00:00:00:01 bound /  ",                                          // a dynamic lease, unexpired
 		"10.244.3.210 52:54:00:00:00:04 quarantined /  ",                                    // a newer vmlane's, kept held
