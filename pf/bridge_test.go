@@ -65,7 +65,9 @@ func TestParseSharedNAT(t *testing.T) {
 // shared one only the shared one counts.
 func TestCheckBridgeTellsSharedFromHostOnly(t *testing.T) {
 	hostOnly := Iface{Name: "bridge100", Addrs: []netip.Prefix{netip.MustParsePrefix("192.168.128.1/24")}}
-	sharedOn := func(name, addr string) Iface { return Iface{Name: name, Addrs: []netip.Prefix{netip.MustParsePrefix(addr)}} }
+	sharedOn := func(name, addr string) Iface {
+		return Iface{Name: name, Addrs: []netip.Prefix{netip.MustParsePrefix(addr)}}
+	}
 	for _, tc := range []struct {
 		name   string
 		ifaces []Iface
