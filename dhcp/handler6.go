@@ -67,7 +67,7 @@ const (
 	DropServerID = "server_id"
 	// DropUnicast is a SOLICIT, REBIND, CONFIRM or INFORMATION-REQUEST
 	// sent to the server's unicast address (RFC 8415 §16: discarded;
-	// the other messages get UseMulticast).
+	// REQUEST and RENEW get UseMulticast).
 	DropUnicast = "unicast"
 )
 
@@ -156,9 +156,10 @@ func (h *Handler6) Handle(req *dhcpv6.Message, mac net.HardwareAddr) (*dhcpv6.Me
 // HandleFrom is Handle for a message whose IPv6 destination was
 // multicast (ff02::1:2) or, with unicast, the server's own address, which
 // this server never offers (no Server Unicast option): a SOLICIT, REBIND,
-// CONFIRM or INFORMATION-REQUEST is then dropped, and a REQUEST, RENEW,
-// RELEASE or DECLINE answered with UseMulticast alone (RFC 8415 §16,
-// §18.4), so the client sends it again to ff02::1:2.
+// CONFIRM or INFORMATION-REQUEST is then dropped, and a REQUEST or RENEW
+// answered with UseMulticast alone (RFC 8415 §16, §18.4), so the client
+// sends it again to ff02::1:2. A RELEASE or DECLINE is served as sent:
+// some clients unicast it and never send it again.
 //
 // undo, when not nil, reverts the binding a Rapid Commit REPLY made: the
 // caller calls it when that reply could not be sent, so that no binding
@@ -222,9 +223,15 @@ func (h *Handler6) handle(req *dhcpv6.Message, mac net.HardwareAddr, unicast boo
 	}
 	if unicast {
 		switch t {
-		case dhcpv6.MessageTypeRequest, dhcpv6.MessageTypeRenew, dhcpv6.MessageTypeRelease, dhcpv6.MessageTypeDecline:
+		case dhcpv6.MessageTypeRequest, dhcpv6.MessageTypeRenew:
 			h.log.Debug("unicast message: UseMulticast", "type", t, "mac", mac.String())
 			return h.reply(req, &dhcpv6.OptStatusCode{StatusCode: iana.StatusUseMulticast, StatusMessage: "send to ff02::1:2"}), nil, nil
+		case dhcpv6.MessageTypeRelease, dhcpv6.MessageTypeDecline:
+			// Served, unlike RFC 8415 §18.4's UseMulticast: busybox
+			// udhcpc6 (1.35) unicasts its RELEASE and never sends it
+			// again, so refusing it leaves the binding until it lapses;
+			// and they only end what the sender holds (the frame's MAC,
+			// which anti-spoofing ties to its port), never give.
 		default:
 			return h.dropped3(DropUnicast, t, mac, "sent to the server's unicast address (RFC 8415 §16)")
 		}

@@ -207,8 +207,11 @@ func TestHandler6Messages(t *testing.T) {
 			"REPLY status=UseMulticast", "", "", true},
 		{"renew by unicast", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeRenew, []string{ours}, sid(h)) },
 			"REPLY status=UseMulticast", "", "", true},
+		// Served: busybox udhcpc6 unicasts its RELEASE and never retries.
 		{"release by unicast", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeRelease, []string{ours}, sid(h)) },
-			"REPLY status=UseMulticast", "", "", true},
+			"REPLY status=Success", "", "", true},
+		{"decline by unicast", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeDecline, []string{ours}, sid(h)) },
+			"REPLY status=Success", "declined", "", true},
 		{"solicit by unicast", vmMAC, func(h *Handler6) *dhcpv6.Message { return msg6(dhcpv6.MessageTypeSolicit, nil, rapid) },
 			"(no reply)", "", DropUnicast, true},
 		{"information-request by unicast", strayMAC, func(h *Handler6) *dhcpv6.Message {

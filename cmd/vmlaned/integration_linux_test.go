@@ -333,9 +333,15 @@ func TestRoutesOnlyAgainstAPIServer(t *testing.T) {
 	if r := routesOf(t, f); strings.Contains(r, "10.244.2.0/24") {
 		t.Errorf("routes-only routed flannel node g:\n%s", r)
 	}
-	if out := f.MustRun(t, "iptables", "-t", "nat", "-S", "VMLANE-POSTROUTING"); !strings.Contains(out,
-		"-s 10.244.3.0/24 -m conntrack --ctstate DNAT --ctorigdst 10.96.0.0/12") || strings.Contains(out, "10.244.1.0/24") {
-		t.Errorf("Service gateway chain:\n%s\nwant the VM node's subnet masqueraded to Services, nothing of this node's own", out)
+	// The chain is written in the same reconcile as the route, after it:
+	// wait for it too. (A listing while vmlaned writes can also fail
+	// with iptables-nft 1.8.9's "chain ... is incompatible": retried.)
+	eventually(t, "the Service gateway's masquerade of the VM node's subnet", func() (bool, string) {
+		out, err := f.Run("iptables", "-t", "nat", "-S", "VMLANE-POSTROUTING")
+		return err == nil && strings.Contains(out, "-s 10.244.3.0/24 -m conntrack --ctstate DNAT --ctorigdst 10.96.0.0/12"), out
+	})
+	if out := f.MustRun(t, "iptables", "-t", "nat", "-S", "VMLANE-POSTROUTING"); strings.Contains(out, "10.244.1.0/24") {
+		t.Errorf("Service gateway chain:\n%s\nwant nothing of this node's own subnet", out)
 	}
 	if out, err := f.Run("iptables", "-S", "VMLANE-FORWARD"); err == nil {
 		t.Errorf("routes-only made a forwarding chain:\n%s", out)
