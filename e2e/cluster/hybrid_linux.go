@@ -55,11 +55,13 @@ func NewHybrid(tb testing.TB, o Options) *Hybrid {
 	tb.Helper()
 	vm := []string{"vmlane.io/vm-node=true"}
 	o.DeferOverlay = true
+	// Dual-stack, flannel too (EnableIPv6): the nodes' addresses and
+	// podCIDRs are of both families.
 	o.RealNodes = []RealNodeSpec{
-		{Name: HybridFlannelNodes[0], IP: netip.MustParseAddr("10.99.0.11"), Runtime: Containerd, Flannel: true},
-		{Name: HybridFlannelNodes[1], IP: netip.MustParseAddr("10.99.0.12"), Runtime: Containerd, Flannel: true},
-		{Name: HybridVMNodes[0], IP: netip.MustParseAddr("10.99.0.13"), Runtime: Containerd, Labels: vm},
-		{Name: HybridVMNodes[1], IP: netip.MustParseAddr("10.99.0.14"), Runtime: Containerd, MacStandIn: true,
+		{Name: HybridFlannelNodes[0], IP: netip.MustParseAddr("10.99.0.11"), IP6: netip.MustParseAddr("fd99::11"), Runtime: Containerd, Flannel: true},
+		{Name: HybridFlannelNodes[1], IP: netip.MustParseAddr("10.99.0.12"), IP6: netip.MustParseAddr("fd99::12"), Runtime: Containerd, Flannel: true},
+		{Name: HybridVMNodes[0], IP: netip.MustParseAddr("10.99.0.13"), IP6: netip.MustParseAddr("fd99::13"), Runtime: Containerd, Labels: vm},
+		{Name: HybridVMNodes[1], IP: netip.MustParseAddr("10.99.0.14"), IP6: netip.MustParseAddr("fd99::14"), Runtime: Containerd, MacStandIn: true,
 			Labels: append(vm, "e2e.vmlane.io/mac-stand-in=true")},
 	}
 	h := &Hybrid{Cluster: NewReal(tb, o), FlannelBefore: map[string]string{}, VMs: map[string]KubePod{}}
@@ -156,28 +158,35 @@ func (c *Cluster) NamedNodesReady(names ...string) (bool, string) {
 }
 
 // FlannelState is what flannel made on a flannel node and nothing of
-// vmlane's: its routes (vmlane's carry protocol 77), its iptables rules
-// (counters left out), and the conflists.
+// vmlane's: its routes of both families (vmlane's carry protocol 77), its
+// iptables and ip6tables rules (counters left out), and the conflists.
 func (n *RealNode) FlannelState() (string, error) {
 	var b strings.Builder
-	routes, err := n.Run("", "ip", "route", "show")
-	if err != nil {
-		return "", err
-	}
-	for _, l := range strings.Split(routes, "\n") {
-		// cni0 appears with the first flannel pod (the bridge plugin
-		// makes it), after the first snapshot: not flanneld's, nor ours.
-		if l != "" && !strings.Contains(l, "proto 77") && !strings.Contains(l, "dev cni0 proto kernel") {
-			fmt.Fprintln(&b, "route:", l)
+	for _, family := range []string{"-4", "-6"} {
+		routes, err := n.Run("", "ip", family, "route", "show")
+		if err != nil {
+			return "", err
+		}
+		for _, l := range strings.Split(routes, "\n") {
+			// cni0 appears with the first flannel pod (the bridge
+			// plugin makes it), after the first snapshot: not
+			// flanneld's, nor ours; so do the kernel's link-local
+			// routes of the pods' veths.
+			if l != "" && !strings.Contains(l, "proto 77") && !strings.Contains(l, "dev cni0 proto kernel") &&
+				!strings.HasPrefix(l, "fe80::/64 dev veth") {
+				fmt.Fprintln(&b, "route:", l)
+			}
 		}
 	}
-	rules, err := n.Run("", "iptables-save")
-	if err != nil {
-		return "", err
-	}
-	for _, l := range strings.Split(rules, "\n") {
-		if strings.Contains(l, "FLANNEL") {
-			fmt.Fprintln(&b, "rule:", l)
+	for _, save := range []string{"iptables-save", "ip6tables-save"} {
+		rules, err := n.Run("", save)
+		if err != nil {
+			return "", err
+		}
+		for _, l := range strings.Split(rules, "\n") {
+			if strings.Contains(l, "FLANNEL") {
+				fmt.Fprintln(&b, "rule:", l)
+			}
 		}
 	}
 	conf, err := n.Run("", "sh", "-c", "cd /etc/cni/net.d && for f in *; do echo \"== $f\"; cat \"$f\"; done")
@@ -188,18 +197,22 @@ func (n *RealNode) FlannelState() (string, error) {
 	return b.String(), nil
 }
 
-// HybridMatrix has a web pod of every node (flannel's and vmlane's) ping
-// and fetch the whoami of every VM and of every other such pod: flannel
-// pods and VMs both ways round, by pod IP.
-func (h *Hybrid) HybridMatrix(ctx context.Context) *Matrix {
-	var srcs, dsts []Endpoint
-	for _, n := range slices.Concat(HybridFlannelNodes, HybridVMNodes) {
-		srcs = append(srcs, h.Endpoint(h.Web[n][0]))
+// HybridMatrices have a web pod of every node (flannel's and vmlane's)
+// ping and fetch the whoami of every VM and of every other such pod:
+// flannel pods and VMs both ways round, by pod IP, IPv4 then IPv6.
+func (h *Hybrid) HybridMatrices(ctx context.Context) []*Matrix {
+	var ms []*Matrix
+	for _, ep := range []func(KubePod) Endpoint{h.Endpoint, h.Endpoint6} {
+		var srcs, dsts []Endpoint
+		for _, n := range slices.Concat(HybridFlannelNodes, HybridVMNodes) {
+			srcs = append(srcs, ep(h.Web[n][0]))
+		}
+		for _, name := range HybridVMs {
+			dsts = append(dsts, ep(h.VMs[name]))
+		}
+		ms = append(ms, EndpointMatrix(ctx, srcs, slices.Concat(dsts, srcs), 3))
 	}
-	for _, name := range HybridVMs {
-		dsts = append(dsts, h.Endpoint(h.VMs[name]))
-	}
-	return EndpointMatrix(ctx, srcs, slices.Concat(dsts, srcs), 3)
+	return ms
 }
 
 // hybridRoles is what runs each hybrid node's pod network.
@@ -215,18 +228,18 @@ var hybridRoles = map[string]string{
 // proto 77 routes and the Service route of the node without kube-proxy),
 // what each VM's guest did from inside (its boot pings and fetches), and
 // the matrix.
-func (h *Hybrid) Report(w io.Writer, m *Matrix) {
+func (h *Hybrid) Report(w io.Writer, ms ...*Matrix) {
 	section := section(w)
 	section("Nodes")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tINTERNAL-IP\tPOD-CIDR\tVM-NODE LABEL\tPOD NETWORK")
+	fmt.Fprintln(tw, "NAME\tINTERNAL-IPS\tPOD-CIDRS\tVM-NODE LABEL\tPOD NETWORK")
 	for _, n := range h.RealNodes {
 		node, err := h.Client.CoreV1().Nodes().Get(context.Background(), n.Name, metav1.GetOptions{})
 		if err != nil {
 			fmt.Fprintf(tw, "%s\t%v\n", n.Name, err)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.Name, n.IP, node.Spec.PodCIDR, node.Labels["vmlane.io/vm-node"], hybridRoles[n.Name])
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.Name, n.nodeIPs(), strings.Join(node.Spec.PodCIDRs, ","), node.Labels["vmlane.io/vm-node"], hybridRoles[n.Name])
 	}
 	tw.Flush()
 	for _, v := range []struct{ title, ns string }{{"kubectl get pods -o wide", "default"}, {"kubectl -n vmlane-system get pods -o wide", "vmlane-system"}} {
@@ -237,15 +250,20 @@ func (h *Hybrid) Report(w io.Writer, m *Matrix) {
 		}
 		fmt.Fprint(w, out)
 	}
-	section("Routes on each node (ip route; proto 77 are vmlane's, dev flannel.1 flannel's)")
+	section("Routes on each node (ip route; proto 77 are vmlane's, dev flannel.1 and flannel-v6.1 flannel's)")
 	for _, n := range h.RealNodes {
-		out, err := n.Run("", "ip", "-4", "route", "show")
-		if err != nil {
-			out = err.Error()
-		}
 		fmt.Fprintf(w, "%s:\n", n.Name)
-		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-			fmt.Fprintf(w, "    %s\n", l)
+		for _, family := range []string{"-4", "-6"} {
+			out, err := n.Run("", "ip", family, "route", "show")
+			if err != nil {
+				out = err.Error()
+			}
+			for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+				// The kernel's link-local routes say nothing here.
+				if !strings.HasPrefix(l, "fe80::/64") && l != "" {
+					fmt.Fprintf(w, "    %s\n", strings.TrimSpace(l))
+				}
+			}
 		}
 	}
 	section("From inside the VMs (the guests' own reports at boot)")
@@ -268,8 +286,11 @@ func (h *Hybrid) Report(w io.Writer, m *Matrix) {
 			}
 		}
 	}
-	if m != nil {
-		section("Ping matrix (kubectl exec ping, average RTT of 3, from a web pod of each node)")
+	for i, m := range ms {
+		if m == nil {
+			continue
+		}
+		section(fmt.Sprintf("Ping matrix, %s (kubectl exec ping, average RTT of 3, from a web pod of each node)", []string{"IPv4", "IPv6"}[min(i, 1)]))
 		m.Write(w)
 		fmt.Fprintln(w, "Every cell also fetched /cgi-bin/whoami from the destination: it saw the source's own pod IP (no NAT between pods).")
 	}

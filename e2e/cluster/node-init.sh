@@ -27,6 +27,7 @@
 # and, on the nodes of a hybrid cluster (RealNodeSpec):
 #   NODE_LABELS     the kubelet's --node-labels
 #   FLANNELD, FLANNEL_NETWORK  flanneld and its Network: a flannel node
+#   FLANNEL_NETWORK6  its IPv6Network, on a dual-stack flannel node
 #   NO_KUBE_PROXY   set on a Mac stand-in: no kube-proxy, and vmlaned from
 #   VMLANE_BIN, VMLANE_VM_CONF_DIR, SERVICE_CIDR  run by the node itself
 set -eu
@@ -111,7 +112,12 @@ log "kubelet started${NO_KUBE_PROXY:+ (no kube-proxy)}"
 if [ -n "${FLANNELD:-}" ]; then
 	cp "$CNI_BIN/bridge" "$CNI_BIN/host-local" /opt/cni/bin/
 	mkdir -p /etc/kube-flannel
-	printf '{"Network": "%s", "EnableNFTables": false, "Backend": {"Type": "vxlan"}}\n' "$FLANNEL_NETWORK" >/etc/kube-flannel/net-conf.json
+	if [ -n "${FLANNEL_NETWORK6:-}" ]; then
+		printf '{"Network": "%s", "EnableIPv6": true, "IPv6Network": "%s", "EnableNFTables": false, "Backend": {"Type": "vxlan"}}\n' \
+			"$FLANNEL_NETWORK" "$FLANNEL_NETWORK6" >/etc/kube-flannel/net-conf.json
+	else
+		printf '{"Network": "%s", "EnableNFTables": false, "Backend": {"Type": "vxlan"}}\n' "$FLANNEL_NETWORK" >/etc/kube-flannel/net-conf.json
+	fi
 	# Restarted when it exits, as the kubelet restarts kube-flannel's
 	# container: a test stops it (RealNode.Signal) to restart it.
 	(
@@ -128,10 +134,17 @@ if [ -n "${FLANNELD:-}" ]; then
 		# FLANNEL_SUBNET is the bridge's address (10.244.1.1/24): host-local
 		# takes the network (node IPAM's /24s here: the last byte is 0).
 		net=${FLANNEL_SUBNET%.*/*}.0/${FLANNEL_SUBNET#*/}
-		printf '{"cniVersion": "1.0.0", "name": "cbr0", "plugins": [{"type": "bridge", "bridge": "cni0", "isGateway": true, "isDefaultGateway": true, "ipMasq": false, "hairpinMode": true, "mtu": %s, "ipam": {"type": "host-local", "ranges": [[{"subnet": "%s"}]]}}]}\n' \
-			"$FLANNEL_MTU" "$net" >/etc/cni/net.d/.10-flannel.conflist.tmp
+		ranges="[{\"subnet\": \"$net\"}]"
+		# FLANNEL_IPV6_SUBNET is the bridge's IPv6 address likewise
+		# (fd00:10:244:1::1/64): the network is the ::/64 before it.
+		if [ -n "${FLANNEL_IPV6_SUBNET:-}" ]; then
+			net6=${FLANNEL_IPV6_SUBNET%::1/*}::/${FLANNEL_IPV6_SUBNET#*/}
+			ranges="$ranges, [{\"subnet\": \"$net6\"}]"
+		fi
+		printf '{"cniVersion": "1.0.0", "name": "cbr0", "plugins": [{"type": "bridge", "bridge": "cni0", "isGateway": true, "isDefaultGateway": true, "ipMasq": false, "hairpinMode": true, "mtu": %s, "ipam": {"type": "host-local", "ranges": [%s]}}]}\n' \
+			"$FLANNEL_MTU" "$ranges" >/etc/cni/net.d/.10-flannel.conflist.tmp
 		mv /etc/cni/net.d/.10-flannel.conflist.tmp /etc/cni/net.d/10-flannel.conflist
-		log "flannel: subnet $FLANNEL_SUBNET, conflist written"
+		log "flannel: subnet $FLANNEL_SUBNET ${FLANNEL_IPV6_SUBNET:-}, conflist written"
 	) &
 fi
 

@@ -208,6 +208,9 @@ func (n *RealNode) start() error {
 			return errors.New("a flannel node needs Options.FlannelDir (make flannel; VMLANE_FLANNEL_DIR)")
 		}
 		extra = append(extra, "FLANNELD="+filepath.Join(n.c.Opts.FlannelDir, "flanneld"), "FLANNEL_NETWORK="+n.c.Opts.ClusterCIDR.String())
+		if n.IP6.IsValid() {
+			extra = append(extra, "FLANNEL_NETWORK6="+n.c.Opts.ClusterCIDR6.String())
+		}
 	}
 	if n.MacStandIn {
 		extra = append(extra, "NO_KUBE_PROXY=1", "VMLANE_BIN="+n.c.Opts.BinDir, "VMLANE_VM_CONF_DIR="+VMConfDir,

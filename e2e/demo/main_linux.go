@@ -150,20 +150,22 @@ func buildHybrid(r *cluster.Runner, o cluster.Options) account {
 	for _, name := range cluster.HybridVMs {
 		vm := h.VMs[name]
 		got := h.WaitGuest(r, name)
-		fmt.Printf("• %s on %s: kubectl shows pod IP %s; its guest got %s by DHCP\n", name, vm.Node, vm.IP, got)
-		if got != vm.IP {
-			r.Fatalf("%s: the guest's address %s is not the pod IP %s", name, got, vm.IP)
+		log, _ := h.Kubectl("logs", name)
+		got6, _ := cluster.GuestAddr6(log)
+		fmt.Printf("• %s on %s: kubectl shows pod IPs %s and %s; its guest got %s by DHCP and %s by DHCPv6\n", name, vm.Node, vm.IP, vm.IP6, got, got6)
+		if got != vm.IP || got6 != vm.IP6 {
+			r.Fatalf("%s: the guest's addresses %s, %s are not the pod IPs %s, %s", name, got, got6, vm.IP, vm.IP6)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	m := h.HybridMatrix(ctx)
+	ms := h.HybridMatrices(ctx)
 	return account{
 		c:        h.Cluster,
-		report:   func(w io.Writer) { h.Report(w, m) },
-		failures: func() []string { return append(m.Failures(), h.GuestFailures()...) },
-		done: fmt.Sprintf("All %d pairs of flannel pods, vmlane pods and VMs reach each other by pod IP without NAT,\n"+
-			"and the VM on the node without kube-proxy reached Service web through its Service gateway", m.Pairs()),
+		report:   func(w io.Writer) { h.Report(w, ms...) },
+		failures: func() []string { return append(failures(ms), h.GuestFailures()...) },
+		done: fmt.Sprintf("All %d pairs of flannel pods, vmlane pods and VMs reach each other by pod IP, IPv4 and IPv6, without NAT,\n"+
+			"and the VM on the node without kube-proxy reached Service web through its Service gateway", ms[0].Pairs()),
 	}
 }
 

@@ -20,13 +20,19 @@ import (
 	"github.com/vmlane/vmlane/internal/testvm"
 )
 
-func podCIDR(t *testing.T, node string) netip.Prefix {
+func podCIDR(t *testing.T, node string) netip.Prefix { return podCIDRs(t, node)[0] }
+
+// podCIDRs are the node's podCIDRs, IPv4 then IPv6.
+func podCIDRs(t *testing.T, node string) []netip.Prefix {
 	t.Helper()
 	n, err := h.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return netip.MustParsePrefix(n.Spec.PodCIDRs[0])
+	if len(n.Spec.PodCIDRs) != 2 {
+		t.Fatalf("node %s has podCIDRs %v, want one of each family", node, n.Spec.PodCIDRs)
+	}
+	return []netip.Prefix{netip.MustParsePrefix(n.Spec.PodCIDRs[0]), netip.MustParsePrefix(n.Spec.PodCIDRs[1])}
 }
 
 // TestFlannelStateUntouched: flannel's routes, iptables rules and
@@ -41,11 +47,14 @@ func TestFlannelStateUntouched(t *testing.T) {
 		if got != h.FlannelBefore[name] {
 			t.Errorf("%s: flannel's state changed with vmlane running.\nbefore:\n%s\nnow:\n%s", name, h.FlannelBefore[name], got)
 		}
-		// And vmlane's routes-only daemon made its routes: one per VM node.
-		routes := n.Routes()
+		// And vmlane's routes-only daemon made its routes: one per VM node
+		// and family.
+		routes := n.Routes() + "\n" + n.Routes6()
 		for _, vm := range vmNodes {
-			if !strings.Contains(routes, podCIDR(t, vm).String()) {
-				t.Errorf("%s has no route to %s's pod subnet %s:\n%s", name, vm, podCIDR(t, vm), routes)
+			for _, p := range podCIDRs(t, vm) {
+				if !strings.Contains(routes, p.String()) {
+					t.Errorf("%s has no route to %s's pod subnet %s:\n%s", name, vm, p, routes)
+				}
 			}
 		}
 		if strings.Contains(routes, podCIDR(t, otherFlannel(name)).String()) {
@@ -62,19 +71,27 @@ func otherFlannel(name string) string {
 }
 
 // TestFlannelPodsAndVMsBothWays: flannel pods reach both VMs by pod IP,
-// and the VMs see them with their own addresses; each VM's guest pinged a
-// flannel pod; vmlane's plain pods on the VM nodes reach flannel pods,
-// which see them with their own addresses: no NAT either way.
+// IPv4 and IPv6, and the VMs see them with their own addresses; each VM's
+// guest pinged a flannel pod; vmlane's plain pods on the VM nodes reach
+// flannel pods, which see them with their own addresses: no NAT either
+// way, in either family.
 func TestFlannelPodsAndVMsBothWays(t *testing.T) {
 	for i, name := range cluster.HybridVMs {
 		vm := h.VMs[name]
 		for _, fn := range flannelNodes {
 			src := h.Web[fn][0]
-			if r, out := h.PingFrom(src, vm.IP, 3, "0.2"); !r.OK {
-				t.Errorf("%s (%s) → %s (%s): %d of 3 pings answered\n%s", src.Name, fn, name, vm.Node, r.Recv, out)
-			}
-			if seen, err := h.WhoAmIFrom(src, vm.IP.String()); err != nil || seen != src.IP.String() {
-				t.Errorf("%s → %s: seen as %q (%v), want %s", src.Name, name, seen, err, src.IP)
+			for _, a := range [][2]netip.Addr{{src.IP, vm.IP}, {src.IP6, vm.IP6}} {
+				from, to := a[0], a[1]
+				if !from.IsValid() || !to.IsValid() {
+					t.Errorf("%s (%s) or %s has no address of the family: %v, %v", src.Name, fn, name, from, to)
+					continue
+				}
+				if r, out := h.PingFrom(src, to, 3, "0.2"); !r.OK {
+					t.Errorf("%s (%s) → %s (%s) at %s: %d of 3 pings answered\n%s", src.Name, fn, name, vm.Node, to, r.Recv, out)
+				}
+				if seen, err := h.WhoAmIFrom(src, to.String()); err != nil || seen != from.String() {
+					t.Errorf("%s → %s at %s: seen as %q (%v), want %s", src.Name, name, to, seen, err, from)
+				}
 			}
 		}
 		log, _ := h.Kubectl("logs", name)
@@ -87,11 +104,13 @@ func TestFlannelPodsAndVMsBothWays(t *testing.T) {
 		src := h.Web[vn][0]
 		for _, fn := range flannelNodes {
 			dst := h.Web[fn][0]
-			if seen, err := h.WhoAmIFrom(src, dst.IP.String()); err != nil || seen != src.IP.String() {
-				t.Errorf("%s (%s) → %s (%s): seen as %q (%v), want %s", src.Name, vn, dst.Name, fn, seen, err, src.IP)
-			}
-			if seen, err := h.WhoAmIFrom(dst, src.IP.String()); err != nil || seen != dst.IP.String() {
-				t.Errorf("%s (%s) → %s (%s): seen as %q (%v), want %s", dst.Name, fn, src.Name, vn, seen, err, dst.IP)
+			for _, a := range [][2]netip.Addr{{src.IP, dst.IP}, {src.IP6, dst.IP6}} {
+				if seen, err := h.WhoAmIFrom(src, a[1].String()); err != nil || seen != a[0].String() {
+					t.Errorf("%s (%s) → %s (%s) at %s: seen as %q (%v), want %s", src.Name, vn, dst.Name, fn, a[1], seen, err, a[0])
+				}
+				if seen, err := h.WhoAmIFrom(dst, a[0].String()); err != nil || seen != a[1].String() {
+					t.Errorf("%s (%s) → %s (%s) at %s: seen as %q (%v), want %s", dst.Name, fn, src.Name, vn, a[0], seen, err, a[1])
+				}
 			}
 		}
 	}

@@ -1,7 +1,8 @@
 //go:build e2e
 
-// Package hybrid is the hybrid real-node suite: a cluster whose own CNI is
-// flannel (VXLAN, --kube-subnet-mgr) on two nodes, with vmlane's
+// Package hybrid is the hybrid real-node suite: a dual-stack cluster whose
+// own CNI is flannel (VXLAN, --kube-subnet-mgr, IPv6 enabled) on two
+// nodes, with vmlane's
 // routes-only DaemonSet beside it, and two VM nodes labelled
 // vmlane.io/vm-node=true: one running vmlane's full DaemonSet and
 // kube-proxy, and a stand-in for a Mac, which runs no kube-proxy and whose
