@@ -176,21 +176,42 @@ func (r benchResult) startRatio() float64 {
 	return float64(r.startToRoutes) / float64(r.floor.ipBatch)
 }
 
+// goalTable is a benchmark's table for people: a row a metric, with its
+// value, its goal and whether the goal was met.
+type goalTable struct {
+	out strings.Builder
+	tw  *tabwriter.Writer
+}
+
+func newGoalTable() *goalTable {
+	g := &goalTable{}
+	g.tw = tabwriter.NewWriter(&g.out, 0, 0, 2, ' ', 0)
+	return g
+}
+
+// row adds a metric; ok, when given, says whether it met its goal.
+func (g *goalTable) row(metric, value, goal string, ok ...bool) {
+	result := ""
+	if len(ok) > 0 {
+		result = "met"
+		if !ok[0] {
+			result = "MISSED"
+		}
+	}
+	fmt.Fprintf(g.tw, "%s\t%s\t%s\t%s\n", metric, value, goal, result)
+}
+
+func (g *goalTable) String() string {
+	g.tw.Flush()
+	return g.out.String()
+}
+
+func dur(d time.Duration) string { return d.Round(time.Millisecond).String() }
+
 // table prints the results for people: metric, value, goal, met or not.
 func (r benchResult) table() string {
-	var out strings.Builder
-	tw := tabwriter.NewWriter(&out, 0, 0, 2, ' ', 0)
-	row := func(metric, value, goal string, ok ...bool) {
-		result := ""
-		if len(ok) > 0 {
-			result = "met"
-			if !ok[0] {
-				result = "MISSED"
-			}
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", metric, value, goal, result)
-	}
-	dur := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
+	g := newGoalTable()
+	row := g.row
 	delta := func(name string) float64 { return r.m1[name] - r.m0[name] }
 	reconciles := delta("vmlane_desired_compute_duration_seconds_count")
 	compute := time.Duration(delta("vmlane_desired_compute_duration_seconds_sum") / max(reconciles, 1) * float64(time.Second))
@@ -228,8 +249,7 @@ func (r benchResult) table() string {
 	row("route deleted by hand -> restored", r.restore, "")
 	row("vmlaned NAT exemption from", natRules(r.clusterCIDR), "")
 	row("whole benchmark; 1-min load average at start / end", r.total.Round(time.Second).String()+"; "+r.load0+" / "+loadAvg(), "")
-	tw.Flush()
-	return out.String()
+	return g.String()
 }
 
 // loadAvg is the 1-minute load average: the numbers mean little when other

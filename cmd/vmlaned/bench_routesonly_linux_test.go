@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
-	"text/tabwriter"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -118,19 +116,8 @@ type routesOnlyResult struct {
 }
 
 func (r routesOnlyResult) table() string {
-	var out strings.Builder
-	tw := tabwriter.NewWriter(&out, 0, 0, 2, ' ', 0)
-	row := func(metric, value, goal string, ok ...bool) {
-		result := ""
-		if len(ok) > 0 {
-			result = "met"
-			if !ok[0] {
-				result = "MISSED"
-			}
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", metric, value, goal, result)
-	}
-	dur := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
+	g := newGoalTable()
+	row := g.row
 	cpu := func(from, to cpuTimes) string { return fmt.Sprintf("%v+%v", to.user-from.user, to.sys-from.sys) }
 	reconciles := func(m0, m1 map[string]float64) string {
 		return fmt.Sprint(m1["vmlane_reconcile_duration_seconds_count"] - m0["vmlane_reconcile_duration_seconds_count"])
@@ -154,8 +141,7 @@ func (r routesOnlyResult) table() string {
 	row("VmHWM (peak RSS)", fmt.Sprintf("%.1f MiB", r.hwm), "< 100 MiB", r.hwm < 100)
 	row("  Go heap in use / sys, goroutines", fmt.Sprintf("%.1f / %.1f MiB, %.0f", r.m2["go_memstats_heap_inuse_bytes"]/(1<<20), r.m2["go_memstats_sys_bytes"]/(1<<20), r.m2["go_goroutines"]), "")
 	row("whole benchmark; 1-min load average at start / end", r.total.Round(time.Second).String()+"; "+r.load0+" / "+loadAvg(), "")
-	tw.Flush()
-	return out.String()
+	return g.String()
 }
 
 // labelChanges labels benchLabelChanges Nodes that are not VM nodes, one
