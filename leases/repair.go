@@ -51,6 +51,11 @@ func Salvage(data []byte) Salvaged {
 			l = f.Leases[0]
 			ok = l.IP.IsValid() && l.State != "" && l.Source != ""
 		}
+		if ok && l.MAC == "" {
+			// A declined address no client named (Tx.Decline).
+			out.Leases = append(out.Leases, l)
+			continue
+		}
 		if ok {
 			var mac string
 			if mac, err = NormalizeMAC(l.MAC); err == nil {

@@ -95,7 +95,7 @@ func FuzzSalvage(f *testing.F) {
 			if !l.IP.IsValid() || l.State == "" || l.Source == "" {
 				t.Fatalf("salvaged an incomplete lease %+v", l)
 			}
-			if m, err := leases.NormalizeMAC(l.MAC); err != nil || m != l.MAC {
+			if m, err := leases.NormalizeMAC(l.MAC); l.MAC != "" && (err != nil || m != l.MAC) {
 				t.Fatalf("salvaged MAC %q is not canonical", l.MAC)
 			}
 		}
@@ -221,6 +221,12 @@ func TestSalvageKeepsWhatItDoesNotKnow(t *testing.T) {
 	sv := leases.Salvage(data)
 	if len(sv.Leases) != 1 || sv.Leases[0].Known() || !strings.Contains(sv.Leases[0].Unknown.String(), `"zone":"b"`) {
 		t.Fatalf("salvaged %+v, want the newer writer's lease with its member zone", sv.Leases)
+	}
+	// A declined address no client named has no MAC, and is kept.
+	declined := leases.Salvage([]byte(`{"version":1,"subnet":"10.244.3.0/24","leases":[` + "\n" +
+		`{"ip":"10.244.3.9","state":"declined","source":"dhcp","expires":"2026-11-26T12:00:00Z"}]}` + "\n"))
+	if len(declined.Leases) != 1 || len(declined.Lost) != 0 {
+		t.Errorf("a declined lease without a MAC: salvaged %+v, lost %q; want it kept", declined.Leases, declined.Lost)
 	}
 	if !strings.Contains(sv.Header.Unknown.String(), `"future"`) || sv.Header.LastReserved != netip.MustParseAddr("10.244.3.7") {
 		t.Errorf("header %+v, want its unknown member future and the cursor 10.244.3.7", sv.Header)
