@@ -127,6 +127,8 @@ lint:
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./e2e/...
 	$(GO) run github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION) .github/workflows/*.yml
+	@# Every relative link and #anchor of the Markdown files resolves.
+	$(GO) run ./internal/mdlinks $$(git ls-files '*.md' 2>/dev/null || find . -name '*.md' -not -path './.cache/*')
 	@# leases must stay importable by VM runtimes without our other deps:
 	@# what it imports, all the way down, is the standard library and our
 	@# small internal packages (which, being in that list, obey it too).
