@@ -305,7 +305,9 @@ func freeName(name string) string {
 		if i > 1 {
 			n = fmt.Sprintf("%s-%d", name, i)
 		}
-		if _, err := os.Lstat(n); errors.Is(err, fs.ErrNotExist) {
+		// Any error but "exists" ends the search: the link itself then
+		// says what is wrong, rather than this loop going on for ever.
+		if _, err := os.Lstat(n); err != nil {
 			return n
 		}
 	}
