@@ -17,6 +17,7 @@ type fakePfctl struct {
 	refs    []string             // tokens held
 	created map[string]time.Time // each token's creation, as the kernel stamps it
 	now     time.Time            // the fake's clock, for tokens' ages
+	skew    time.Duration        // added to every age printed: a pfctl whose ages mean something else
 	anchors map[string][]string  // anchor -> translation rules
 	// main is the main ruleset's translation lines, as `pfctl -s nat`
 	// prints them: macOS's /etc/pf.conf, with InternetSharing's after.
@@ -69,7 +70,7 @@ func (f *fakePfctl) Run(stdin string, argv ...string) (string, error) {
 		var b strings.Builder
 		b.WriteString("TOKENS:\nPID      Process Name                TOKEN                     TIMESTAMP\n")
 		for _, t := range f.refs {
-			age := f.now.Sub(f.created[t])
+			age := f.now.Sub(f.created[t]) + f.skew
 			fmt.Fprintf(&b, "%-8d %-27s %-25s %d days %02d:%02d:%02d\n", 100, "pfctl", t,
 				int(age.Hours())/24, int(age.Hours())%24, int(age.Minutes())%60, int(age.Seconds())%60)
 		}

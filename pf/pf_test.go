@@ -211,6 +211,34 @@ func TestPfTokenReusedAfterDisable(t *testing.T) {
 	}
 }
 
+// TestPfAgesNotUnderstood: a pfctl whose ages do not mean what heldBy
+// takes them for (every token a day older than it is) makes Enable say so
+// once and fall back to the value, rather than take a new reference at
+// every full pass.
+func TestPfAgesNotUnderstood(t *testing.T) {
+	f := newFakePfctl()
+	f.skew = 24 * time.Hour
+	clock := now
+	now = func() time.Time { return f.now }
+	t.Cleanup(func() { now = clock })
+	p, err := New(DefaultAnchor, f, filepath.Join(t.TempDir(), "pf.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fresh, err := p.Enable(); !fresh || err == nil || !strings.Contains(err.Error(), "by the value alone") {
+		t.Fatalf("Enable = %v, %v; want a new reference and the ages reported not understood", fresh, err)
+	}
+	for range 3 {
+		f.now = f.now.Add(30 * time.Second)
+		if fresh, err := p.Enable(); fresh || err != nil {
+			t.Fatalf("Enable again = %v, %v; want the reference held by its value", fresh, err)
+		}
+	}
+	if len(f.refs) != 2 {
+		t.Errorf("references %v, want Internet Sharing's and one of vmlane's", f.refs)
+	}
+}
+
 func TestHeldBy(t *testing.T) {
 	created := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
 	at := created.Add(66 * time.Second)

@@ -45,6 +45,11 @@ type PF struct {
 	// applied is the rule set last loaded or found in place; nil until
 	// then, so the first Ensure always looks at the kernel.
 	applied []string
+	// valuesOnly is set when the References listing did not show a token
+	// just taken at the age heldBy expects: ages are then not understood
+	// here, and a token is told by its value alone (else every full pass
+	// would take one more reference).
+	valuesOnly bool
 }
 
 // now is the clock that dates references (time.Now; the fake pfctl's in
@@ -84,6 +89,12 @@ func (p *PF) save() error {
 }
 
 var tokenRE = regexp.MustCompile(`Token : ([0-9]+)`)
+
+// ErrAgesNotUnderstood is Enable's warning that `pfctl -s References` did
+// not list the token just taken at the age it was taken: vmlane then tells
+// its reference by the value alone, and a reuse of the value after a
+// `pfctl -d` goes unseen. pf is enabled all the same.
+var ErrAgesNotUnderstood = errors.New("pfctl -s References does not list the reference at the age it was taken, so vmlane tells its reference by the value alone (a reuse of the value after a pfctl -d goes unseen)")
 
 // tokenSlack is how far the creation time `pfctl -s References` implies
 // may lie from the one vmlaned recorded: the listing shows ages in whole
@@ -125,6 +136,20 @@ func heldBy(refs, token string, created, now time.Time) bool {
 	return false
 }
 
+// listed reports whether `pfctl -s References` output refs lists the
+// token's value, whatever its age.
+func listed(refs, token string) bool {
+	if token == "" {
+		return false
+	}
+	for _, line := range strings.Split(refs, "\n") {
+		if slices.Contains(strings.Fields(line), token) {
+			return true
+		}
+	}
+	return false
+}
+
 // parseAge reads an age of the References listing: how long ago the
 // reference was created (ok false if s is not one).
 func parseAge(s string) (time.Duration, bool) {
@@ -153,7 +178,7 @@ func (p *PF) Enable() (bool, error) {
 		if err != nil {
 			return false, fmt.Errorf("pfctl -s References: %w", err)
 		}
-		if heldBy(refs, p.st.Token, p.st.TokenCreated, now()) {
+		if heldBy(refs, p.st.Token, p.st.TokenCreated, now()) || p.valuesOnly && listed(refs, p.st.Token) {
 			return false, nil
 		}
 	}
@@ -171,6 +196,14 @@ func (p *PF) Enable() (bool, error) {
 		// pf is enabled; only the record of the reference is missing, and
 		// teardown cannot release what it does not know of.
 		return true, fmt.Errorf("saving pf token %s: %w", p.st.Token, err)
+	}
+	// The token just taken must read as held: if the listing shows it at
+	// another age, what this code makes of the ages is wrong on this
+	// macOS, and values alone decide from now on.
+	if refs, err := p.run.Run("", "pfctl", "-s", "References"); err == nil && !p.valuesOnly &&
+		listed(refs, p.st.Token) && !heldBy(refs, p.st.Token, p.st.TokenCreated, now()) {
+		p.valuesOnly = true
+		return true, fmt.Errorf("pf reference %s: %w:\n%s", p.st.Token, ErrAgesNotUnderstood, refs)
 	}
 	return true, nil
 }

@@ -14,6 +14,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -82,7 +83,9 @@ func (d *darwinNode) controller(_ context.Context, client kubernetes.Interface, 
 	if err != nil {
 		return nil, err
 	}
-	if fresh, err := p.Enable(); err != nil {
+	if fresh, err := p.Enable(); errors.Is(err, pf.ErrAgesNotUnderstood) {
+		d.log.Warn("pf enabled, but its reference list reads otherwise than expected", "token", p.Token(), "err", err)
+	} else if err != nil {
 		return nil, fmt.Errorf("enabling pf: %w", err)
 	} else if fresh {
 		d.log.Info("pf enabled with a reference of vmlane's", "token", p.Token())
