@@ -61,6 +61,17 @@ type SharedNAT struct {
 	Subnets []netip.Prefix
 }
 
+// ReadSharedNAT runs `pfctl -a SharedNATAnchor -s nat` through r and
+// parses it; a failed run is an error (the caller counts every vmnet bridge
+// as the shared network's then).
+func ReadSharedNAT(r commandRunner) (SharedNAT, error) {
+	out, err := r.Run("", "pfctl", "-a", SharedNATAnchor, "-s", "nat")
+	if err != nil {
+		return SharedNAT{}, fmt.Errorf("pfctl -a %s -s nat: %w", SharedNATAnchor, err)
+	}
+	return ParseSharedNAT(out), nil
+}
+
 // ParseSharedNAT reads `pfctl -a SharedNATAnchor -s nat` output. An
 // anchor with no rules (no shared network up) is Known and empty.
 func ParseSharedNAT(out string) SharedNAT {

@@ -89,3 +89,18 @@ func TestCheckBridgeTellsSharedFromHostOnly(t *testing.T) {
 		})
 	}
 }
+
+// TestReadSharedNAT reads the anchor through the command seam, as vmlaned
+// does on a Mac, from the fake pfctl.
+func TestReadSharedNAT(t *testing.T) {
+	f := newFakePfctl()
+	f.anchors[SharedNATAnchor] = ParseShownRules(natShown("bridge100", "192.168.64.1", "192.168.64.0/24"))
+	n, err := ReadSharedNAT(f)
+	if err != nil || !slices.Equal(n.Bridges, []string{"bridge100"}) || len(n.Subnets) != 1 {
+		t.Errorf("ReadSharedNAT = %+v, %v", n, err)
+	}
+	f.failOn = "pfctl -a " + SharedNATAnchor
+	if n, err := ReadSharedNAT(f); err == nil || n.Known {
+		t.Errorf("a failed pfctl: %+v, %v; want an error and nothing known", n, err)
+	}
+}

@@ -169,7 +169,7 @@ func (v *vmnet) watch(ctx context.Context, podCIDR netip.Prefix, report func(st 
 // shared network's bridge from a host-only one; a failed read leaves every
 // vmnet bridge counted as the shared network's, and is logged once.
 func (v *vmnet) readSharedNAT() pf.SharedNAT {
-	out, err := command.Exec{}.Run("", "pfctl", "-a", pf.SharedNATAnchor, "-s", "nat")
+	nat, err := pf.ReadSharedNAT(command.Exec{})
 	if err != nil {
 		if !v.natUnknown {
 			v.log.Warn("reading InternetSharing's NAT anchor failed: every vmnet bridge counts as the shared network's, a host-only one too", "anchor", pf.SharedNATAnchor, "err", err)
@@ -178,7 +178,7 @@ func (v *vmnet) readSharedNAT() pf.SharedNAT {
 		return pf.SharedNAT{}
 	}
 	v.natUnknown = false
-	return pf.ParseSharedNAT(out)
+	return nat
 }
 
 func interfaces(log *slog.Logger) []pf.Iface {

@@ -82,8 +82,7 @@ func (vm *VM) Ping(ctx context.Context, target string, count int) (PingResult, e
 // sees it, e.g. 10.1.2.3: the CGI unwraps the [::ffff:10.1.2.3] that the
 // dual-stack httpd sees for an IPv4 client.
 func (vm *VM) Fetch(ctx context.Context, url string) (string, error) {
-	if rest, ok := strings.CutPrefix(url, "http://"); !ok || rest == "" || len(url) > maxURL ||
-		strings.IndexFunc(url, func(r rune) bool { return r <= ' ' || r > '~' }) >= 0 {
+	if !goodURL(url, "") {
 		return "", fmt.Errorf("testvm: fetch %q: want an http:// URL of printable ASCII without spaces, at most %d bytes", url, maxURL)
 	}
 	r, err := vm.command(ctx, replyGrace, "fetch", url)

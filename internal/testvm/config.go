@@ -162,11 +162,19 @@ func (c Config) withDefaults() (Config, error) {
 // line, where a space would end it and a comma split it, and into a
 // console report, where it must stay one word.
 func checkBootURL(u string) error {
-	rest, ok := strings.CutPrefix(u, "http://")
-	if !ok || rest == "" || len(u) > maxURL || strings.IndexFunc(u, func(r rune) bool { return r <= ' ' || r > '~' || r == ',' || r == '"' || r == '\'' }) >= 0 {
+	if !goodURL(u, `,"'`) {
 		return fmt.Errorf("bad fetch URL %q: want an http:// URL of printable ASCII without spaces, commas or quotes, at most %d bytes", u, maxURL)
 	}
 	return nil
+}
+
+// goodURL reports whether u is an http:// URL of printable ASCII without
+// spaces or any of forbid, at most maxURL bytes: what the guest's console
+// commands (VM.Fetch) and command line (Config.Fetch) can carry.
+func goodURL(u, forbid string) bool {
+	rest, ok := strings.CutPrefix(u, "http://")
+	return ok && rest != "" && len(u) <= maxURL &&
+		strings.IndexFunc(u, func(r rune) bool { return r <= ' ' || r > '~' || strings.ContainsRune(forbid, r) }) < 0
 }
 
 // randomMAC returns a random unicast, locally administered MAC address.
