@@ -188,6 +188,11 @@ func (h *Handler) discover(req *dhcpv4.DHCPv4) (*dhcpv4.DHCPv4, error) {
 			// a dynamic one besides it would give the MAC two leases
 			// once the quarantine ends (the store refuses it too).
 			return h.dropped(DropDeclined, req, "the MAC's reserved address "+l.IP.String()+" is quarantined after a DECLINE until "+l.Expires.Format(time.RFC3339))
+		case l.State == leases.StateHeld:
+			// A frame from a VM's MAC while its pod is gone: not the
+			// VM's (anti-spoofing lets no port send it), and the MAC
+			// stays the VM's.
+			return h.dropped(DropHeld, req, "the MAC belongs to VM "+l.VMName+", whose pod went; its addresses are held for its next pod until "+l.Expires.Format(time.RFC3339))
 		}
 		if h.cfg.DynamicRange == nil {
 			return h.dropped(DropUnknownMAC, req, "no reservation for this MAC and no dynamic range")

@@ -21,6 +21,7 @@ const (
 	DropUnsupported = "unsupported"    // a message type a server does not handle
 	DropExhausted   = "pool_exhausted" // the dynamic range has no free address
 	DropDeclined    = "declined"       // the MAC's reserved address is quarantined after its DECLINE
+	DropHeld        = "held"           // the MAC is a VM's whose pod went: its addresses wait for the VM's next pod
 
 	DropRateLimitedOverflow = "rate_limited_overflow" // over the share of the clients past MaxClients (server only)
 	DropRateLimitedGlobal   = "rate_limited_global"   // over the server's GlobalRate (server only)

@@ -102,13 +102,14 @@ func (a StoreAllocator) Lookup(mac net.HardwareAddr) (l leases.Lease, ok bool, e
 	return l, ok, err
 }
 
-// served reports whether the server answers for l: a lease of a MAC, not
-// declined, whose state and source this version knows. The others hold
-// their address and MAC all the same: a declined lease until its
-// quarantine ends, one a newer vmlane wrote until a version that knows
-// what it means lets it go.
+// served reports whether the server answers for l: a lease of a MAC that
+// is live ([leases.Lease.Live]: not declined, not held, of a state and
+// source this version knows). The others hold their address and MAC all
+// the same: a declined lease until its quarantine ends, a VM's held lease
+// until its next pod or its hold time, one a newer vmlane wrote until a
+// version that knows what it means lets it go.
 func served(l leases.Lease) bool {
-	return l.MAC != "" && l.State != leases.StateDeclined && l.Known()
+	return l.MAC != "" && l.Live()
 }
 
 // rank orders the leases of one MAC by which the server looks up: the

@@ -275,7 +275,7 @@ func fold(key string, names ...string) string {
 
 var (
 	fileKeys  = []string{"version", "node", "subnet", "gateway", "lastReserved", "subnet6", "gateway6", "lastReserved6", "leases"}
-	leaseKeys = []string{"mac", "ip", "ip6", "state", "source", "containerID", "ifname", "netns", "bridgePort", "vm", "pod", "hostname", "created", "expires", "state6", "expires6"}
+	leaseKeys = []string{"mac", "ip", "ip6", "state", "source", "containerID", "ifname", "netns", "bridgePort", "vm", "vmName", "pod", "hostname", "created", "expires", "state6", "expires6"}
 	podKeys   = []string{"namespace", "name", "uid"}
 )
 
@@ -413,6 +413,8 @@ func (d *decoder) lease(l *Lease) error {
 			return d.strField(&l.BridgePort, "bridgePort")
 		case "vm":
 			return d.boolField(&l.VM, "vm")
+		case "vmName":
+			return d.strField(&l.VMName, "vmName")
 		case "hostname":
 			return d.strField(&l.Hostname, "hostname")
 		case "created":

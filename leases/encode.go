@@ -75,6 +75,10 @@ func appendLease(b []byte, l *Lease) []byte {
 		b = appendField(b, false, "vm")
 		b = append(b, "true"...)
 	}
+	if l.VMName != "" {
+		b = appendField(b, false, "vmName")
+		b = appendString(b, l.VMName)
+	}
 	if l.Pod != (Pod{}) {
 		b = appendField(b, false, "pod")
 		b = append(b, '{')

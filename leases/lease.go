@@ -28,13 +28,18 @@ const (
 	// StateDeclined: a client reported the address in use by someone else
 	// (DHCPDECLINE). It is quarantined until Expires.
 	StateDeclined State = "declined"
+	// StateHeld: the address, IPv6 address and MAC belong to a VM
+	// (VMName) that has no attachment on the node now: its pod went, and
+	// its next pod gets them back. It lasts until Expires (the network's
+	// vmHoldTime after the last pod went); no DHCP server answers for it.
+	StateHeld State = "held"
 )
 
 // Known reports whether this version knows s. A state it does not know is
 // a newer writer's: see the package doc for what readers do with its lease.
 func (s State) Known() bool {
 	switch s {
-	case StateReserved, StateBound, StateDeclined:
+	case StateReserved, StateBound, StateDeclined, StateHeld:
 		return true
 	default:
 		return false
@@ -101,7 +106,13 @@ type Lease struct {
 	// VM is set for a VM pod's attachment (a "vm": true network), whose
 	// guest gets the address by DHCP; a plain pod's address is configured
 	// by the plugin and its lease is never bound.
-	VM       bool   `json:"vm,omitempty"`
+	VM bool `json:"vm,omitempty"`
+	// VMName ("NAMESPACE/NAME", from the pod annotation vmlane.io/vm)
+	// names the VM the lease's addresses and MAC belong to: when the
+	// attachment goes, the lease is held for the VM (StateHeld) and the
+	// VM's next pod gets the same three. Empty for a lease that belongs
+	// to its attachment only.
+	VMName   string `json:"vmName,omitempty"`
 	Pod      Pod    `json:"pod,omitzero"`
 	Hostname string `json:"hostname,omitempty"`
 	// Created is zero only for leases read from bootpd's file.
@@ -130,6 +141,14 @@ func (l Lease) Key() Key { return Key{ContainerID: l.ContainerID, IfName: l.IfNa
 // written back as it is, but no lookup serves it and no change touches it:
 // see the package doc.
 func (l Lease) Known() bool { return l.State.Known() && l.Source.Known() }
+
+// Live reports whether l answers for its MAC: a lease this version knows,
+// neither declined (quarantined) nor held for a VM that has no attachment.
+// The others keep their address and MAC from every other lease all the
+// same.
+func (l Lease) Live() bool {
+	return l.Known() && l.State != StateDeclined && l.State != StateHeld
+}
 
 // Expired reports whether the lease has an expiry and it has passed.
 func (l Lease) Expired(now time.Time) bool {
@@ -232,6 +251,9 @@ func (f *File) validate() error {
 		}
 		if l.Source == "" {
 			return fmt.Errorf("lease %d has no \"source\"", i)
+		}
+		if l.State == StateHeld && (l.VMName == "" || l.ContainerID != "") {
+			return fmt.Errorf("lease %d: a held lease needs a \"vmName\" and no \"containerID\"", i)
 		}
 	}
 	return nil

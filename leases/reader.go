@@ -78,8 +78,9 @@ func (s *Snapshot) At(now time.Time) *Snapshot {
 // Leases returns every lease in the snapshot.
 func (s *Snapshot) Leases() []Lease { return s.File.Leases }
 
-// ByMAC returns the lease of a VM's MAC, in any accepted spelling. Declined
-// and expired leases are not returned: their address is not the VM's; nor
+// ByMAC returns the lease of a VM's MAC, in any accepted spelling. Declined,
+// held and expired leases are not returned: their address is not in use
+// by the MAC now ([Lease.Live]); nor
 // are leases of a state or source this version does not know, whose
 // meaning it cannot tell ([Lease.Known]). When
 // a MAC has several leases (bootpd keeps old ones), the first in the file
@@ -91,7 +92,7 @@ func (s *Snapshot) ByMAC(mac string) (Lease, bool) {
 	}
 	for i := range s.File.Leases {
 		l := &s.File.Leases[i]
-		if l.MAC == m && l.State != StateDeclined && l.Known() {
+		if l.MAC == m && l.Live() {
 			if l.Expired(s.now) {
 				return Lease{}, false
 			}
@@ -146,7 +147,7 @@ var compatForever = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
 func (s *Snapshot) Compat() []CompatLease {
 	out := make([]CompatLease, 0, len(s.File.Leases))
 	for _, l := range s.File.Leases {
-		if l.MAC == "" || l.State == StateDeclined || !l.Known() || l.Expired(s.now) {
+		if l.MAC == "" || !l.Live() || l.Expired(s.now) {
 			continue
 		}
 		exp := l.Expires

@@ -169,7 +169,7 @@ func TestSchemaEnumsMatchConstants(t *testing.T) {
 		slices.Sort(out)
 		return out
 	}
-	states := []string{string(leases.StateBound), string(leases.StateDeclined), string(leases.StateReserved)}
+	states := []string{string(leases.StateBound), string(leases.StateDeclined), string(leases.StateHeld), string(leases.StateReserved)}
 	if diff := cmp.Diff(states, enum("state")); diff != "" {
 		t.Errorf("state enum (-go +schema):\n%s", diff)
 	}

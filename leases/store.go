@@ -33,6 +33,9 @@ var (
 	// ErrLockTimeout: the lease file's lock stayed held longer than a
 	// write ever takes; its holder hangs. The caller may retry.
 	ErrLockTimeout = errors.New("lease file lock timed out")
+	// ErrVMInUse: a live attachment of another pod holds the VM's
+	// addresses (two pods of one VM on one node).
+	ErrVMInUse = errors.New("VM already attached")
 )
 
 // Store is the writers' view of a lease file. It trusts no lease state in
@@ -50,6 +53,7 @@ type Store struct {
 	subnet6  netip.Prefix
 	gateway6 netip.Addr
 	node     string
+	vmHold   time.Duration
 	now      func() time.Time
 	cache    parseCache
 }
@@ -68,6 +72,10 @@ func WithSubnet6(subnet6 netip.Prefix, gateway6 netip.Addr) Option {
 	return func(s *Store) { s.subnet6, s.gateway6 = subnet6, gateway6 }
 }
 
+// WithVMHold sets how long a VM's lease is held (StateHeld) once its
+// attachment goes; DefaultVMHold if not given. It must be positive.
+func WithVMHold(d time.Duration) Option { return func(s *Store) { s.vmHold = d } }
+
 // WithClock replaces time.Now, for tests.
 func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
 
@@ -84,10 +92,14 @@ func Open(path string, subnet netip.Prefix, gateway netip.Addr, opts ...Option) 
 		lockPath: path + ".lock",
 		subnet:   subnet,
 		gateway:  gateway,
+		vmHold:   DefaultVMHold,
 		now:      time.Now,
 	}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.vmHold <= 0 {
+		return nil, fmt.Errorf("VM hold time %s: must be positive", s.vmHold)
 	}
 	if s.subnet6.IsValid() || s.gateway6.IsValid() {
 		if err := CheckSubnet6(s.subnet6, s.gateway6); err != nil {

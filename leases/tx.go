@@ -49,7 +49,15 @@ type ReserveRequest struct {
 	// BridgePort is the attachment's anti-spoofed bridge port, if any.
 	BridgePort string
 	// VM marks a VM pod's attachment.
-	VM       bool
+	VM bool
+	// VMName ("NAMESPACE/NAME") makes the addresses and MAC the VM's: a
+	// lease held for it (StateHeld) is taken over instead of allocating,
+	// and an attachment of another pod that holds it refuses the
+	// request with ErrVMInUse unless Stale says that attachment is gone.
+	VMName string
+	// Stale reports whether the attachment of a lease that holds VMName
+	// is gone (its netns no longer exists) though its DEL never came.
+	Stale    func(Lease) bool
 	Pod      Pod
 	Hostname string
 	// Expires is zero for a reservation held until released (CNI). A DHCP
@@ -86,6 +94,11 @@ func (tx *Tx) Reserve(req ReserveRequest) (Lease, error) {
 		tx.mustWrite()
 		tx.f.Leases[i].IP6 = ip6
 		return tx.f.Leases[i], nil
+	}
+	if req.VMName != "" {
+		if l, ok, err := tx.takeOverVM(req); ok || err != nil {
+			return l, err
+		}
 	}
 	// Every lease holds its address, whatever its state: a declined one
 	// until its quarantine ends, one this version does not know until a
@@ -126,6 +139,7 @@ func (tx *Tx) Reserve(req ReserveRequest) (Lease, error) {
 		NetNS:       req.NetNS,
 		BridgePort:  req.BridgePort,
 		VM:          req.VM,
+		VMName:      req.VMName,
 		Pod:         req.Pod,
 		Hostname:    req.Hostname,
 		Created:     tx.now,
@@ -302,6 +316,10 @@ func describe(l Lease) string {
 		return fmt.Sprintf("a lease of state %q and source %q, which this version does not know (a newer vmlane's)", l.State, l.Source)
 	case l.State == StateDeclined:
 		return "a quarantined (declined) address"
+	case l.State == StateHeld:
+		return "VM " + l.VMName + " (held since its pod went, until " + l.Expires.Format(time.RFC3339) + ")"
+	case l.VMName != "" && l.Pod.Name != "":
+		return fmt.Sprintf("VM %s's pod %s/%s (attachment %s)", l.VMName, l.Pod.Namespace, l.Pod.Name, l.Key())
 	case l.Pod.Name != "":
 		return fmt.Sprintf("pod %s/%s (attachment %s)", l.Pod.Namespace, l.Pod.Name, l.Key())
 	case l.Source == SourceCNI:
@@ -337,15 +355,15 @@ func (tx *Tx) SetBridgePort(key Key, port string) (l Lease, ok bool) {
 	return Lease{}, false
 }
 
-// ByMAC returns the live lease of a MAC: not declined, and of a state and
-// source this version knows.
+// ByMAC returns the live lease of a MAC ([Lease.Live]): neither declined
+// nor held, and of a state and source this version knows.
 func (tx *Tx) ByMAC(mac string) (Lease, bool) {
 	mac, err := NormalizeMAC(mac)
 	if err != nil {
 		return Lease{}, false
 	}
 	for _, l := range tx.f.Leases {
-		if l.MAC == mac && l.State != StateDeclined && l.Known() {
+		if l.MAC == mac && l.Live() {
 			return l, true
 		}
 	}
@@ -397,11 +415,17 @@ func (tx *Tx) Leases() []Lease {
 // A lease in a state this version does not know stays, for a version that
 // knows what the state means: the address stays held meanwhile, the safe
 // side.
+//
+// A VM's lease (VMName) is not freed but held for the VM ([Tx.hold]).
 func (tx *Tx) Release(key Key) (Lease, bool) {
 	for i, l := range tx.f.Leases {
-		if l.Source == SourceCNI && l.State.Known() && l.Key() == key {
+		if l.Source == SourceCNI && l.State.Known() && l.State != StateHeld && l.Key() == key {
 			tx.mustWrite()
-			tx.f.Leases = slices.Delete(tx.f.Leases, i, i+1)
+			if l.VMName != "" {
+				tx.hold(i)
+			} else {
+				tx.f.Leases = slices.Delete(tx.f.Leases, i, i+1)
+			}
 			return l, true
 		}
 	}
@@ -418,7 +442,7 @@ func (tx *Tx) ReleaseMAC(mac string) (Lease, bool) {
 		return Lease{}, false
 	}
 	for i, l := range tx.f.Leases {
-		if l.MAC != mac || l.State == StateDeclined || !l.Known() {
+		if l.MAC != mac || !l.Live() {
 			continue
 		}
 		tx.mustWrite()
@@ -450,6 +474,8 @@ func (tx *Tx) Bind(mac string, ip netip.Addr, expires time.Time, hostname string
 		return Lease{}, fmt.Errorf("binding %s to %s: %w: it is held by %s", ip, mac, ErrConflict, describe(*l))
 	case l.State == StateDeclined:
 		return Lease{}, fmt.Errorf("binding %s to %s: %w: the address is quarantined until %s", ip, mac, ErrConflict, l.Expires.Format(time.RFC3339))
+	case l.State == StateHeld:
+		return Lease{}, fmt.Errorf("binding %s to %s: %w: the address is held for VM %s, which has no attachment here", ip, mac, ErrConflict, l.VMName)
 	case l.MAC != "" && l.MAC != mac:
 		return Lease{}, fmt.Errorf("binding %s to %s: %w: it is held for MAC %s", ip, mac, ErrConflict, l.MAC)
 	}
@@ -483,7 +509,7 @@ func (tx *Tx) Decline(ip netip.Addr, mac string, until time.Time) (Lease, error)
 	}
 	until = normTime(until)
 	i := tx.indexOfIP(ip)
-	if i >= 0 && !tx.f.Leases[i].Known() {
+	if i >= 0 && (!tx.f.Leases[i].Known() || tx.f.Leases[i].State == StateHeld) {
 		return Lease{}, fmt.Errorf("decline of %s: %w: it is held by %s", ip, ErrConflict, describe(tx.f.Leases[i]))
 	}
 	tx.mustWrite()

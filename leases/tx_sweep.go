@@ -10,20 +10,25 @@ import (
 )
 
 // GC releases every CNI lease whose attachment is not in valid (CNI GC,
-// cni.dev/valid-attachments). DHCP leases are left to expiry, and leases
-// in a state this version does not know to a version that knows it.
+// cni.dev/valid-attachments); a VM's lease is held for the VM instead, as
+// Release does. DHCP leases are left to expiry, held ones to theirs, and
+// leases in a state this version does not know to a version that knows it.
 func (tx *Tx) GC(valid []Key) []Lease {
 	keep := make(map[Key]bool, len(valid))
 	for _, k := range valid {
 		keep[k] = true
 	}
 	var released []Lease
-	tx.f.Leases = slices.DeleteFunc(tx.f.Leases, func(l Lease) bool {
-		if l.Source == SourceCNI && l.State.Known() && !keep[l.Key()] {
+	for i, l := range tx.f.Leases {
+		if l.Source == SourceCNI && l.State.Known() && l.State != StateHeld && !keep[l.Key()] {
 			released = append(released, l)
-			return true
+			if l.VMName != "" {
+				tx.hold(i)
+			}
 		}
-		return false
+	}
+	tx.f.Leases = slices.DeleteFunc(tx.f.Leases, func(l Lease) bool {
+		return l.Source == SourceCNI && l.State.Known() && l.State != StateHeld && !keep[l.Key()]
 	})
 	if len(released) > 0 {
 		tx.mustWrite()
@@ -32,9 +37,9 @@ func (tx *Tx) GC(valid []Key) []Lease {
 }
 
 // Expire applies the passage of time: an expired DHCP lease, offer or
-// quarantine frees its address; an expired binding or quarantine of a CNI
-// reservation goes back to reserved, because the pod still owns the
-// address. It returns the leases it changed or removed, as they were.
+// quarantine frees its address, and so does a VM's held lease whose hold
+// time is over; an expired binding or quarantine of a CNI reservation goes
+// back to reserved, because the pod still owns the address. It returns the leases it changed or removed, as they were.
 // Leases this version does not know are left alone: what their expiry
 // means is their writer's to say.
 func (tx *Tx) Expire() []Lease {
@@ -44,7 +49,7 @@ func (tx *Tx) Expire() []Lease {
 			return false
 		}
 		changed = append(changed, l)
-		return l.Source != SourceCNI
+		return l.Source != SourceCNI || l.State == StateHeld
 	})
 	for i := range tx.f.Leases {
 		l := &tx.f.Leases[i]

@@ -33,8 +33,12 @@ const (
 	// DefaultLeaseTime is the DHCP lease a VM gets when the config says
 	// nothing; the DHCP server in vmlaned uses the same default.
 	DefaultLeaseTime = time.Hour
-	minMTU           = 576 // RFC 791: every IPv4 host must take 576-byte datagrams
-	maxMTU           = 65535
+	// DefaultVMHoldTime is how long a VM's addresses stay held after its
+	// pod goes, when the config sets no vmHoldTime (see
+	// leases.DefaultVMHold for why a day).
+	DefaultVMHoldTime = leases.DefaultVMHold
+	minMTU            = 576 // RFC 791: every IPv4 host must take 576-byte datagrams
+	maxMTU            = 65535
 )
 
 // DNS is the config's DNS section, as the CNI result carries it.
@@ -70,6 +74,10 @@ type NetConf struct {
 	// LeaseTime is the DHCP lease time vmlaned hands VMs of this network,
 	// as a Go duration ("1h") or seconds.
 	LeaseTime json.RawMessage `json:"leaseTime,omitempty"`
+	// VMHoldTime is how long a VM's addresses and MAC (pods annotated
+	// vmlane.io/vm) stay held after its pod goes, as a Go duration or
+	// seconds; vmlaned writes its --vm-hold-time here.
+	VMHoldTime json.RawMessage `json:"vmHoldTime,omitempty"`
 	// ExcludeRange keeps CNI allocation out of vmlaned's DHCP dynamic
 	// range ("FIRST-LAST"); vmlaned writes it into the conflist.
 	ExcludeRange string `json:"excludeRange,omitempty"`
@@ -87,7 +95,18 @@ type NetConf struct {
 type RuntimeConfig struct {
 	MAC string   `json:"mac,omitempty"`
 	IPs []string `json:"ips,omitempty"`
+	// PodAnnotations are the pod's annotations, which containerd and
+	// CRI-O pass to a conflist that declares the capability
+	// "io.kubernetes.cri.pod-annotations".
+	PodAnnotations map[string]string `json:"io.kubernetes.cri.pod-annotations,omitempty"`
 }
+
+// The pod annotation that makes a pod a VM's ("vmlane.io/vm": NAME, the VM
+// NAMESPACE/NAME) and the capability that carries it to the plugin.
+const (
+	VMAnnotation             = "vmlane.io/vm"
+	PodAnnotationsCapability = "io.kubernetes.cri.pod-annotations"
+)
 
 // Attachment is an entry of cni.dev/valid-attachments.
 type Attachment struct {
@@ -107,6 +126,13 @@ type Config struct {
 	Gateway6Addr  netip.Addr
 	Exclude       leases.Pool
 	Lease         time.Duration
+	// VMHold is VMHoldTime with its default applied.
+	VMHold time.Duration
+	// VMName is the pod's vmlane.io/vm annotation (the VM's name in the
+	// pod's namespace; Add checks it), empty for a pod that is no VM's.
+	// A pod that has one is attached in VM mode (VM is true) whatever
+	// the network says.
+	VMName string
 	// MAC, IP and IP6 are the runtime's requests (zero when none).
 	MAC string
 	IP  netip.Addr
@@ -206,6 +232,12 @@ func ParseConfig(stdin []byte, defaultMTU func() int) (*Config, error) {
 	}
 	if c.Lease, err = parseLeaseTime(c.LeaseTime); err != nil {
 		return nil, configError("leaseTime", string(c.LeaseTime), err.Error())
+	}
+	if c.VMHold, err = parseHoldTime(c.VMHoldTime); err != nil {
+		return nil, configError("vmHoldTime", string(c.VMHoldTime), err.Error())
+	}
+	if name, ok := c.RuntimeConfig.PodAnnotations[VMAnnotation]; ok {
+		c.VMName, c.VM = name, true
 	}
 	if c.ExcludeRange != "" {
 		if c.Exclude, err = leases.ParsePool(c.ExcludeRange, p); err != nil {
@@ -316,27 +348,45 @@ func parseIPOrCIDR(s string) (netip.Addr, error) {
 }
 
 func parseLeaseTime(raw json.RawMessage) (time.Duration, error) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return DefaultLeaseTime, nil
-	}
-	var d time.Duration
-	var secs float64
-	var s string
-	switch {
-	case json.Unmarshal(raw, &secs) == nil:
-		d = time.Duration(secs * float64(time.Second))
-	case json.Unmarshal(raw, &s) == nil:
-		var err error
-		if d, err = time.ParseDuration(s); err != nil {
-			return 0, fmt.Errorf("not a duration (like \"1h\") or seconds")
-		}
-	default:
-		return 0, fmt.Errorf("not a duration (like \"1h\") or seconds")
+	d, set, err := parseDuration(raw, "1h")
+	if !set || err != nil {
+		return DefaultLeaseTime, err
 	}
 	// RFC 2131 leaves the range open; under a minute clients renew
 	// constantly, and a lease time must fit in option 51's 32 bits.
 	if d < time.Minute || d > 0xfffffffe*time.Second {
 		return 0, fmt.Errorf("out of range 1m-%ds", uint32(0xfffffffe))
+	}
+	return d, nil
+}
+
+// parseDuration reads a Go duration string or a number of seconds; set is
+// false when raw is absent or null. example goes into the error.
+func parseDuration(raw json.RawMessage, example string) (d time.Duration, set bool, err error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, false, nil
+	}
+	var secs float64
+	var s string
+	switch {
+	case json.Unmarshal(raw, &secs) == nil:
+		return time.Duration(secs * float64(time.Second)), true, nil
+	case json.Unmarshal(raw, &s) == nil:
+		if d, err = time.ParseDuration(s); err == nil {
+			return d, true, nil
+		}
+	}
+	return 0, true, fmt.Errorf("not a duration (like %q) or seconds", example)
+}
+
+// parseHoldTime reads vmHoldTime: a Go duration or seconds, positive.
+func parseHoldTime(raw json.RawMessage) (time.Duration, error) {
+	d, set, err := parseDuration(raw, "24h")
+	if !set || err != nil {
+		return DefaultVMHoldTime, err
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("must be positive: a VM's addresses are held for a while after its pod goes")
 	}
 	return d, nil
 }

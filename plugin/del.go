@@ -12,7 +12,8 @@ import (
 )
 
 // Del detaches a pod. Everything already gone (netns, links, lease) counts
-// as deleted, so DEL can be repeated.
+// as deleted, so DEL can be repeated. A VM's lease (vmlane.io/vm) is held
+// for the VM's next pod rather than freed.
 func (p *Plugin) Del(args *skel.CmdArgs) error {
 	return p.run("DEL", args, func(c *Config, log *slog.Logger) error {
 		key := leases.Key{ContainerID: args.ContainerID, IfName: args.IfName}
@@ -31,7 +32,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		var errs []error
 		if args.Netns != "" {
 			names := []string{args.IfName}
-			if c.VM {
+			if c.VM || c.leaseIsVM(key) {
 				names = append(names, c.TapName)
 			}
 			if err := p.dp.DeleteNetnsLinks(args.Netns, names...); err != nil {
@@ -53,6 +54,19 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		log.Info("detached", "released", ok, "ip", l.IP)
 		return nil
 	})
+}
+
+// leaseIsVM reports whether key's lease is a VM's: a VM pod attached by its
+// vmlane.io/vm annotation has a TAP though its network is the plain one,
+// and a runtime that does not pass the annotation on DEL still gets it
+// removed. Any error reads as no.
+func (c *Config) leaseIsVM(key leases.Key) bool {
+	store, err := c.store()
+	if err != nil {
+		return false
+	}
+	l, ok, err := store.Get(key)
+	return err == nil && ok && l.VM
 }
 
 // release frees key's lease for DEL, which must never keep a pod from

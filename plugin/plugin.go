@@ -109,7 +109,7 @@ func (p *Plugin) run(verb string, args *skel.CmdArgs, fn func(c *Config, log *sl
 }
 
 func (c *Config) store() (*leases.Store, error) {
-	var opts []leases.Option
+	opts := []leases.Option{leases.WithVMHold(c.VMHold)}
 	if c.DualStack() {
 		opts = append(opts, leases.WithSubnet6(c.Subnet6Prefix, c.Gateway6Addr))
 	}
@@ -125,6 +125,10 @@ func (c *Config) store() (*leases.Store, error) {
 func (p *Plugin) Add(args *skel.CmdArgs) error {
 	return p.run("ADD", args, func(c *Config, log *slog.Logger) (err error) {
 		pod, err := ParseArgs(args.Args)
+		if err != nil {
+			return err
+		}
+		vmName, err := c.vmIdentity(pod)
 		if err != nil {
 			return err
 		}
@@ -177,8 +181,14 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 			NetNS:      args.Netns,
 			BridgePort: port,
 			VM:         c.VM,
-			Pod:        pod,
-			Hostname:   pod.Name,
+			VMName:     vmName,
+			// A pod of the VM whose netns is gone left without DEL
+			// (a node that rebooted): its lease is the VM's to take.
+			Stale: func(l leases.Lease) bool {
+				return l.NetNS != "" && errors.Is(p.dp.CheckNetns(l.NetNS), errNoNetns)
+			},
+			Pod:      pod,
+			Hostname: pod.Name,
 		})
 		if err != nil {
 			return storeError(err)
@@ -265,9 +275,26 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		}
 
 		success = true
-		log.Info("attached", "ip", lease.IP, "ip6", lease.IP6, "mac", lease.MAC, "hostVeth", hostIf, "vm", c.VM, "retried", retried)
+		log.Info("attached", "ip", lease.IP, "ip6", lease.IP6, "mac", lease.MAC, "hostVeth", hostIf, "vm", c.VM, "vmName", vmName, "retried", retried)
 		return types.PrintResult(BuildResult(c, a, lease.IP, lease.IP6), c.CNIVersion)
 	})
+}
+
+// vmIdentity is the VM the pod belongs to, "NAMESPACE/NAME", from its
+// vmlane.io/vm annotation; empty for a pod without one.
+func (c *Config) vmIdentity(pod leases.Pod) (string, error) {
+	if _, ok := c.RuntimeConfig.PodAnnotations[VMAnnotation]; !ok {
+		return "", nil
+	}
+	field := "annotation " + VMAnnotation
+	if pod.Namespace == "" {
+		return "", configError(field, c.VMName, "needs the pod's namespace, and CNI_ARGS has no K8S_POD_NAMESPACE")
+	}
+	name, err := leases.VMName(pod.Namespace, c.VMName)
+	if err != nil {
+		return "", configError(field, c.VMName, err.Error())
+	}
+	return name, nil
 }
 
 // guard gives the port hostIf the lease's identity.
@@ -295,6 +322,9 @@ func storeError(err error) error {
 		return types.NewError(types.ErrTryAgainLater, "no free address: "+err.Error(), "")
 	case errors.Is(err, leases.ErrLockTimeout):
 		return types.NewError(types.ErrTryAgainLater, "lease store busy: "+err.Error(), "")
+	case errors.Is(err, leases.ErrVMInUse):
+		// The holder may be a pod on its way out: worth a retry.
+		return types.NewError(types.ErrTryAgainLater, err.Error(), "")
 	case errors.Is(err, leases.ErrInUse), errors.Is(err, leases.ErrConflict):
 		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
 	default:

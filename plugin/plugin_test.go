@@ -184,7 +184,7 @@ func (h *harness) leaseLines() []string {
 		line := fmt.Sprintf("%s mac=%s %s %s", l.IP, l.MAC, l.State, l.Source)
 		for _, kv := range [][2]string{
 			{"attachment", l.Key().String()}, {"netns", l.NetNS}, {"pod", l.Pod.Namespace + "/" + l.Pod.Name},
-			{"uid", l.Pod.UID}, {"hostname", l.Hostname},
+			{"uid", l.Pod.UID}, {"hostname", l.Hostname}, {"vm", l.VMName},
 		} {
 			if kv[1] != "" && kv[1] != "/" {
 				line += " " + kv[0] + "=" + kv[1]

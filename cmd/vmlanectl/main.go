@@ -24,6 +24,8 @@ func usage() string {
   vmlanectl leases wait   --mac MAC [--timeout DURATION] [--lease-file FILE] [-o table|json]
   vmlanectl leases export --cocoon PATH [--lease-file FILE]
   vmlanectl leases repair [--lease-file FILE] [--bridge NAME] [--cni-cache-dir DIR] [--subnet CIDR] [--dry-run] [--force]
+  vmlanectl claims list    [--lease-file FILE] [-o table|json]
+  vmlanectl claims release NAMESPACE/NAME [--lease-file FILE]
   vmlanectl teardown      [--route-protocol N] [--cni-conf-dir DIR] [--vm-cni-conf-dir DIR] [--bridge NAME] [--dry-run]
   vmlanectl help
 
@@ -38,6 +40,11 @@ Commands:
                  the runtime's CNI result cache, the links on the bridge, the
                  anti-spoofing table and what still parses of the file; the
                  damaged file is kept beside it (FILE.damaged-TIME)
+  claims list    print the VMs (pods annotated vmlane.io/vm) whose addresses
+                 and MAC the node holds: attached to a pod, or held since
+                 their pod went, until their hold time ends
+  claims release give back at once the addresses held for a VM whose pod
+                 went (a VM deleted for good); an attached VM is refused
   teardown       remove what vmlane installed on this node: routes with its
                  protocol, its iptables chains, its conflists and the bridge;
                  nothing else (leases are kept)
@@ -99,17 +106,19 @@ func (c *cli) run(args []string) int {
 	}
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "help", "-h", "-help", "--help":
-		if len(rest) > 0 && rest[0] != "leases" {
-			return c.fail("vmlanectl help", usagef("no help on %q: the commands are: leases", rest[0]))
+		if len(rest) > 0 && rest[0] != "leases" && rest[0] != "claims" && rest[0] != "teardown" {
+			return c.fail("vmlanectl help", usagef("no help on %q: the commands are: leases, claims, teardown", rest[0]))
 		}
 		fmt.Fprint(c.stderr, usage())
 		return exitOK
 	case "leases":
 		return c.runLeases(rest)
+	case "claims":
+		return c.runClaims(rest)
 	case "teardown":
 		return c.runTeardown(rest)
 	default:
-		return c.fail("vmlanectl", usagef("unknown command %q: the commands are: leases, teardown, help", cmd))
+		return c.fail("vmlanectl", usagef("unknown command %q: the commands are: leases, claims, teardown, help", cmd))
 	}
 }
 

@@ -38,11 +38,14 @@ type conflistParams struct {
 	MTU       int
 	LeaseFile string
 	LeaseTime time.Duration
-	DNS       []string
-	Search    []string
-	Domain    string
-	Exclude   string // the DHCP dynamic range, kept out of CNI allocation
-	VM        bool
+	// VMHoldTime is how long a VM's addresses stay held after its pod
+	// goes (--vm-hold-time).
+	VMHoldTime time.Duration
+	DNS        []string
+	Search     []string
+	Domain     string
+	Exclude    string // the DHCP dynamic range, kept out of CNI allocation
+	VM         bool
 	// NoAntiSpoof writes "antiSpoof": false (--anti-spoof=false).
 	NoAntiSpoof bool
 	// CNIVersion pins the conflist's cniVersion; "" (--cni-version=auto)
@@ -70,14 +73,17 @@ const autoCNIVersion = "auto"
 // subnet. Pure: golden tested.
 func renderConflist(p conflistParams) ([]byte, error) {
 	plugin := map[string]any{
-		"type":         "vmlane",
-		"bridge":       p.Bridge,
-		"subnet":       p.Subnet.String(),
-		"gateway":      p.Gateway.String(),
-		"leaseFile":    p.LeaseFile,
-		"leaseTime":    p.LeaseTime.String(),
-		"vm":           p.VM,
-		"capabilities": map[string]bool{"mac": true, "ips": true},
+		"type":       "vmlane",
+		"bridge":     p.Bridge,
+		"subnet":     p.Subnet.String(),
+		"gateway":    p.Gateway.String(),
+		"leaseFile":  p.LeaseFile,
+		"leaseTime":  p.LeaseTime.String(),
+		"vmHoldTime": p.VMHoldTime.String(),
+		"vm":         p.VM,
+		// The pod's annotations carry vmlane.io/vm, which makes a pod a
+		// VM's (and attaches it in VM mode through either network).
+		"capabilities": map[string]bool{"mac": true, "ips": true, plugin.PodAnnotationsCapability: true},
 	}
 	if p.Subnet6.IsValid() {
 		plugin["subnet6"] = p.Subnet6.String()

@@ -137,7 +137,7 @@ func setupNode(c *config, subnet netip.Prefix, log *slog.Logger) (int, error) {
 	}
 	for _, vm := range []bool{false, true} {
 		p := conflistParams{Bridge: c.Bridge, Subnet: subnet, Gateway: gw, Subnet6: c.PodCIDR6, Gateway6: gw6, MTU: mtu, LeaseFile: c.LeaseFile,
-			LeaseTime: c.LeaseTime, DNS: c.DNS, Search: c.Search, Domain: c.Domain, VM: vm, Exclude: c.DHCPRangeText, CNIVersion: c.CNIVersion, NoAntiSpoof: !c.AntiSpoof}
+			LeaseTime: c.LeaseTime, VMHoldTime: c.VMHoldTime, DNS: c.DNS, Search: c.Search, Domain: c.Domain, VM: vm, Exclude: c.DHCPRangeText, CNIVersion: c.CNIVersion, NoAntiSpoof: !c.AntiSpoof}
 		data, err := renderConflist(p)
 		if err != nil {
 			return 0, err

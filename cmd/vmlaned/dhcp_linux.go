@@ -116,7 +116,7 @@ func (m *dhcpMetrics) hooks() dhcp.Hooks {
 func startDHCP(ctx context.Context, c *config, subnet netip.Prefix, mtu int, reg prometheus.Registerer, log *slog.Logger) (flush func(), err error) {
 	dlog := log.With("component", "dhcp")
 	gw := subnet.Addr().Next()
-	opts := []leases.Option{leases.WithNode(c.NodeName)}
+	opts := []leases.Option{leases.WithNode(c.NodeName), leases.WithVMHold(c.VMHoldTime)}
 	if s6 := c.PodCIDR6; s6.IsValid() {
 		opts = append(opts, leases.WithSubnet6(s6, s6.Addr().Next()))
 	}
@@ -246,7 +246,7 @@ const stateUnknown = "unknown"
 // leaseCounts counts leases by vmlane_leases' state label, every label
 // present.
 func leaseCounts(ls []leases.Lease) map[string]int {
-	counts := map[string]int{string(leases.StateReserved): 0, string(leases.StateBound): 0, string(leases.StateDeclined): 0, stateUnknown: 0}
+	counts := map[string]int{string(leases.StateReserved): 0, string(leases.StateBound): 0, string(leases.StateDeclined): 0, string(leases.StateHeld): 0, stateUnknown: 0}
 	for _, l := range ls {
 		if l.State.Known() {
 			counts[string(l.State)]++
@@ -259,7 +259,8 @@ func leaseCounts(ls []leases.Lease) map[string]int {
 
 // sweepLeases applies expiry now and then: a dynamic lease whose client
 // went away frees its address, a lapsed binding of a CNI reservation goes
-// back to reserved.
+// back to reserved, a VM's held lease past its hold time frees the VM's
+// addresses.
 func sweepLeases(ctx context.Context, store *leases.Store, every time.Duration, m *dhcpMetrics, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()

@@ -19,8 +19,9 @@ func TestLeaseCountsPutUnknownStatesUnderOneLabel(t *testing.T) {
 		{State: leases.StateDeclined, Source: leases.SourceDHCP},
 		{State: "quarantined", Source: leases.SourceCNI},
 		{State: "draining", Source: leases.SourceDHCP},
+		{State: leases.StateHeld, Source: leases.SourceCNI, VMName: "default/vm1"},
 	})
-	want := map[string]int{"reserved": 0, "bound": 2, "declined": 1, "unknown": 2}
+	want := map[string]int{"reserved": 0, "bound": 2, "declined": 1, "held": 1, "unknown": 2}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("leaseCounts (-want +got):\n%s", diff)
 	}

@@ -81,6 +81,7 @@ type config struct {
 	LeaseFile        string
 	MTU              int
 	LeaseTime        time.Duration
+	VMHoldTime       time.Duration
 	DNS, Search      []string
 	Domain           string
 	// DHCPRange is the dynamic range for VMs attached without CNI (nil:
@@ -127,6 +128,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.LeaseFile, "lease-file", leases.DefaultPath, "the lease file")
 	fs.IntVar(&c.MTU, "mtu", 0, "MTU of the bridge and pod links (default: the plugin's, from the default route)")
 	fs.DurationVar(&c.LeaseTime, "lease-time", time.Hour, "DHCP lease time")
+	fs.DurationVar(&c.VMHoldTime, "vm-hold-time", plugin.DefaultVMHoldTime, "how long a VM's addresses and MAC (pods annotated vmlane.io/vm) stay held after its pod goes")
 	fs.StringVar(&dns, "dns", "", "DNS servers for pods, comma-separated")
 	fs.StringVar(&search, "search", "", "DNS search domains, comma-separated")
 	fs.StringVar(&c.Domain, "domain", "", "DNS domain")
@@ -227,6 +229,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	if c.MTU != 0 && (c.MTU < 576 || c.MTU > 65535) {
 		return nil, fmt.Errorf("invalid --mtu %d: want 576-65535", c.MTU)
 	}
+	if c.VMHoldTime <= 0 {
+		return nil, fmt.Errorf("invalid --vm-hold-time %s: must be positive", c.VMHoldTime)
+	}
 	if c.LeaseTime < time.Minute {
 		return nil, fmt.Errorf("invalid --lease-time %s: want 1m or more", c.LeaseTime)
 	}
@@ -278,7 +283,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 var fullModeOnly = map[string]bool{
 	"pod-cidr": true, "cluster-cidr": true, "masquerade": true, "route-services": true,
 	"anti-spoof": true, "anti-spoof-period": true, "cni-conf-dir": true, "vm-cni-conf-dir": true, "cni-version": true,
-	"bridge": true, "lease-file": true, "mtu": true, "lease-time": true, "dns": true, "search": true, "domain": true, "dhcp-range": true,
+	"bridge": true, "lease-file": true, "mtu": true, "lease-time": true, "vm-hold-time": true, "dns": true, "search": true, "domain": true, "dhcp-range": true,
 	"vmnet-plist": true, "pf-anchor": true, "vmnet-network-file": true,
 }
 

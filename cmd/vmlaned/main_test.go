@@ -30,6 +30,8 @@ func TestParseFlagsErrorsNameFlagAndValue(t *testing.T) {
 		{[]string{"--node-name", "a", "--route-protocol", "2"}, "invalid --route-protocol 2"},
 		{[]string{"--node-name", "a", "--resync-period", "10ms"}, "invalid --resync-period 10ms"},
 		{[]string{"--node-name", "a", "--mtu", "100"}, "invalid --mtu 100"},
+		{[]string{"--node-name", "a", "--vm-hold-time", "0s"}, "invalid --vm-hold-time 0s: must be positive"},
+		{[]string{"--node-name", "a", "--vm-hold-time", "-1h"}, "invalid --vm-hold-time -1h0m0s: must be positive"},
 		{[]string{"--node-name", "a", "--dns", "8.8.8.8,x"}, `invalid --dns "x"`},
 		{[]string{"--node-name", "a", "--log-level", "loud"}, `invalid --log-level "loud"`},
 		{[]string{"--node-name", "a", "--health-addr", "9465"}, `invalid --health-addr "9465"`},
@@ -90,7 +92,7 @@ func TestConflistGolden(t *testing.T) {
 	for _, vm := range []bool{false, true} {
 		p := conflistParams{
 			Bridge: "vmlane0", Subnet: netip.MustParsePrefix("10.244.3.0/24"), Gateway: netip.MustParseAddr("10.244.3.1"),
-			MTU: 1450, LeaseFile: "/var/lib/vmlane/leases.json", LeaseTime: time.Hour,
+			MTU: 1450, LeaseFile: "/var/lib/vmlane/leases.json", LeaseTime: time.Hour, VMHoldTime: 24 * time.Hour,
 			DNS: []string{"10.96.0.10"}, Search: []string{"default.svc.cluster.local"}, Domain: "cluster.local", VM: vm,
 		}
 		got, err := renderConflist(p)
@@ -118,7 +120,7 @@ func TestConflistGolden(t *testing.T) {
 		if err != nil {
 			t.Fatalf("plugin rejects the daemon's conflist: %v", err)
 		}
-		if c.VM != vm || c.MTU != 1450 || c.Lease != time.Hour || c.GatewayAddr != p.Gateway {
+		if c.VM != vm || c.MTU != 1450 || c.Lease != time.Hour || c.VMHold != 24*time.Hour || c.GatewayAddr != p.Gateway {
 			t.Errorf("plugin reads %+v", c)
 		}
 	}

@@ -1,0 +1,201 @@
+package leases
+
+import (
+	"errors"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func vmReq(id, vm string) ReserveRequest {
+	r := cniReq(id)
+	r.VM, r.VMName = true, vm
+	r.MACFor = func(a netip.Addr) string {
+		b := a.As4()
+		return "02:76:" + strings.Join([]string{hex2(b[0]), hex2(b[1]), hex2(b[2]), hex2(b[3])}, ":")
+	}
+	return r
+}
+
+func hex2(b byte) string { const h = "0123456789abcdef"; return string([]byte{h[b>>4], h[b&15]}) }
+
+// A VM's addresses and MAC outlive its pod: the next pod of the VM gets
+// them, a plain pod in between never does, and they go when the hold time
+// ends.
+func TestVMLeaseHeldAcrossPods(t *testing.T) {
+	s, c := newStore6(t, "10.1.0.0/29", "fd00:1::/120")
+	first := mustReserve(t, s, vmReq("a", "default/vm1"))
+	if _, _, err := s.Release(first.Key()); err != nil {
+		t.Fatal(err)
+	}
+	held, err := s.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(held) != 1 || held[0].State != StateHeld || held[0].ContainerID != "" || held[0].BridgePort != "" ||
+		!held[0].Expires.Equal(t0.Add(DefaultVMHold)) || held[0].MAC != first.MAC {
+		t.Fatalf("after DEL: %+v, want one held lease with the MAC, no attachment, expiring after %s", held, DefaultVMHold)
+	}
+	snap, err := Read(s.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, ok := snap.ByMAC(first.MAC); ok {
+		t.Errorf("ByMAC of a held lease = %+v, want none: nothing answers for it", l)
+	}
+	// Plain pods fill the subnet and never get the VM's address or MAC.
+	for _, id := range []string{"p1", "p2", "p3", "p4"} {
+		l := mustReserve(t, s, cniReq(id))
+		if l.IP == first.IP || l.IP6 == first.IP6 {
+			t.Fatalf("plain pod %s got the held VM's address %s/%s", id, l.IP, l.IP6)
+		}
+	}
+	if _, err := s.Reserve(cniReq("p5")); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("Reserve with only the VM's address left = %v, want ErrExhausted", err)
+	}
+	c.advance(time.Hour)
+	again := mustReserve(t, s, vmReq("b", "default/vm1"))
+	if again.IP != first.IP || again.IP6 != first.IP6 || again.MAC != first.MAC || again.State != StateReserved || again.ContainerID != "b" || !again.Expires.IsZero() {
+		t.Fatalf("the VM's next pod got %+v, want %s %s %s reserved for attachment b", again, first.IP, first.IP6, first.MAC)
+	}
+	// A retried ADD of the new pod is the same lease.
+	if l := mustReserve(t, s, vmReq("b", "default/vm1")); l.IP != first.IP {
+		t.Errorf("retried ADD got %s", l.IP)
+	}
+	// The same name in another namespace is another VM.
+	if _, err := s.Reserve(vmReq("c", "other/vm1")); !errors.Is(err, ErrExhausted) {
+		t.Errorf("other/vm1 = %v, want its own address (none left: ErrExhausted)", err)
+	}
+}
+
+func TestVMLeaseTwoLivePods(t *testing.T) {
+	s, _ := newStore(t, "10.1.0.0/24")
+	mustReserve(t, s, vmReq("a", "default/vm1"))
+	_, err := s.Reserve(vmReq("b", "default/vm1"))
+	if !errors.Is(err, ErrVMInUse) || !strings.Contains(err.Error(), "default/vm1") || !strings.Contains(err.Error(), "default/pod-a") {
+		t.Fatalf("second pod of a VM = %v, want ErrVMInUse naming the VM and pod-a", err)
+	}
+	// A holder whose netns is gone (its DEL never came) gives way.
+	stale := vmReq("b", "default/vm1")
+	stale.Stale = func(l Lease) bool { return l.ContainerID == "a" }
+	l := mustReserve(t, s, stale)
+	if l.ContainerID != "b" {
+		t.Fatalf("takeover from a stale holder: %+v", l)
+	}
+	if _, ok, _ := s.Get(Key{ContainerID: "a", IfName: "eth0"}); ok {
+		t.Error("the stale attachment still has a lease")
+	}
+}
+
+func TestVMLeaseHoldEndsAndRelease(t *testing.T) {
+	p := netip.MustParsePrefix("10.1.0.0/24")
+	c := &clock{t: t0}
+	path := filepath.Join(t.TempDir(), "leases.json")
+	s, err := Open(path, p, p.Addr().Next(), WithClock(c.now), WithVMHold(10*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustReserve(t, s, vmReq("a", "default/vm1"))
+	mustReserve(t, s, vmReq("b", "default/vm2"))
+	// GC of attachments the runtime no longer lists holds VM leases too.
+	if _, err := s.GC(nil); err != nil {
+		t.Fatal(err)
+	}
+	c.advance(9 * time.Minute)
+	if ch, err := s.Expire(); err != nil || len(ch) != 0 {
+		t.Fatalf("Expire before the hold time = %v, %v", ch, err)
+	}
+	c.advance(time.Minute)
+	ch, err := s.Expire()
+	if err != nil || len(ch) != 2 {
+		t.Fatalf("Expire at the hold time = %v, %v; want both held leases freed", ch, err)
+	}
+	if ls, _ := s.List(); len(ls) != 0 {
+		t.Fatalf("leases left: %+v", ls)
+	}
+	// ReleaseVM gives back a held lease at once, and refuses an attached one.
+	mustReserve(t, s, vmReq("c", "default/vm1"))
+	err = s.Update(func(tx *Tx) error {
+		_, _, err := tx.ReleaseVM("default/vm1")
+		return err
+	})
+	if !errors.Is(err, ErrVMInUse) {
+		t.Fatalf("ReleaseVM of an attached VM = %v, want ErrVMInUse", err)
+	}
+	if _, _, err := s.Release(Key{ContainerID: "c", IfName: "eth0"}); err != nil {
+		t.Fatal(err)
+	}
+	var released bool
+	if err := s.Update(func(tx *Tx) (err error) { _, released, err = tx.ReleaseVM("default/vm1"); return err }); err != nil || !released {
+		t.Fatalf("ReleaseVM of a held VM = %v, %v", released, err)
+	}
+	if ls, _ := s.List(); len(ls) != 0 {
+		t.Fatalf("leases left after ReleaseVM: %+v", ls)
+	}
+	if _, err := Open(path, p, p.Addr().Next(), WithVMHold(0)); err == nil || !strings.Contains(err.Error(), "hold time") {
+		t.Errorf("Open with a zero hold time = %v, want an error naming it", err)
+	}
+	if _, err := Open(path, p, p.Addr().Next(), WithVMHold(-time.Second)); err == nil {
+		t.Error("Open with a negative hold time succeeded")
+	}
+}
+
+// A held lease round-trips, and a file whose held lease lost its VM is
+// refused: nothing could ever take it over or tell whose it is.
+func TestVMLeaseFile(t *testing.T) {
+	s, _ := newStore(t, "10.1.0.0/24")
+	l := mustReserve(t, s, vmReq("a", "default/vm1"))
+	if _, _, err := s.Release(l.Key()); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(s.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), `"state":"held"`) && !strings.Contains(string(data), `"state": "held"`) {
+		t.Fatalf("file has no held lease:\n%s", data)
+	}
+	f, err := Decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Leases[0].VMName != "default/vm1" || f.Leases[0].State != StateHeld {
+		t.Fatalf("decoded %+v", f.Leases[0])
+	}
+	bad := strings.Replace(string(data), `default/vm1`, ``, 1)
+	if _, err := Decode([]byte(bad)); err == nil || !strings.Contains(err.Error(), "vmName") {
+		t.Errorf("a held lease without vmName = %v, want an error naming vmName", err)
+	}
+}
+
+func TestVMName(t *testing.T) {
+	for _, tc := range []struct{ ns, name, want string }{
+		{"default", "vm1", ""},
+		{"default", "web.prod-1", ""},
+		{"default", "VM1", `VM name "VM1"`},
+		{"default", "-vm", `VM name "-vm"`},
+		{"default", "vm.", `VM name "vm."`},
+		{"default", "a..b", `VM name "a..b"`},
+		{"default", "", `VM name ""`},
+		{"default", strings.Repeat("a", 254), "253"},
+		{"Default", "vm1", `namespace "Default"`},
+		{"a.b", "vm1", `namespace "a.b"`},
+	} {
+		got, err := VMName(tc.ns, tc.name)
+		if tc.want == "" {
+			if err != nil || got != tc.ns+"/"+tc.name {
+				t.Errorf("VMName(%q, %q) = %q, %v", tc.ns, tc.name, got, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("VMName(%q, %q) = %v, want an error with %q", tc.ns, tc.name, err, tc.want)
+		}
+	}
+	if _, err := ParseVMName("vm1"); err == nil {
+		t.Error("ParseVMName without a namespace succeeded")
+	}
+}

@@ -1,0 +1,119 @@
+package plugin
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/types"
+)
+
+// annotated is the runtimeConfig containerd and CRI-O pass a conflist that
+// declares the pod-annotations capability, for a pod of VM name.
+func annotated(name string) map[string]any {
+	return map[string]any{"runtimeConfig": map[string]any{
+		PodAnnotationsCapability: map[string]string{VMAnnotation: name, "other": "x"},
+	}}
+}
+
+// A pod annotated vmlane.io/vm is attached in VM mode through the plain
+// network's config, and its addresses and MAC are the VM's: its next pod
+// gets them back, a plain pod in between never does.
+func TestVMAnnotation(t *testing.T) {
+	h := newHarness(t, map[string]any{"subnet": "10.244.3.0/29"})
+	a, b := att("a"), att("b")
+	a.args, b.args = k8sArgs, k8sArgs
+	h.mustAdd(a, annotated("vm1"))
+	if !h.dp.hasLink(a.netns, "tap0") {
+		t.Fatalf("no TAP in the annotated pod:\n%s", strings.Join(h.dp.state(), "\n"))
+	}
+	h.wantLeases("10.244.3.2 mac=02:76:0a:f4:03:02 reserved cni attachment=a/eth0 netns=/run/netns/a pod=default/web-0 uid=uid-a hostname=web-0 vm=default/vm1")
+
+	// A second live pod of the VM on this node is refused, naming both.
+	_, err := h.add(b, annotated("vm1"))
+	wantCode(t, err, types.ErrTryAgainLater, "default/vm1", "default/web-0", "a/eth0")
+
+	// DEL without the annotation (a runtime that passes none on DEL)
+	// still removes the TAP, and holds the lease for the VM.
+	if err := h.del(a, nil); err != nil {
+		t.Fatal(err)
+	}
+	if h.dp.hasLink(a.netns, "tap0") || h.dp.hasLink("", a.veth()) {
+		t.Fatalf("DEL left links:\n%s", strings.Join(h.dp.state(), "\n"))
+	}
+	h.wantLeases("10.244.3.2 mac=02:76:0a:f4:03:02 held cni pod=default/web-0 uid=uid-a hostname=web-0 vm=default/vm1 expires")
+
+	// Plain pods take the rest of the subnet, never the VM's address.
+	for _, id := range []string{"p1", "p2", "p3", "p4"} {
+		p := att(id)
+		if r := h.mustAdd(p, nil); r.IPs[0].Address.IP.String() == "10.244.3.2" {
+			t.Fatalf("plain pod %s got the VM's held address", id)
+		}
+	}
+	_, err = h.add(att("p5"), nil)
+	wantCode(t, err, types.ErrTryAgainLater, "no free address")
+
+	// The VM's next pod gets its address and MAC back.
+	h.mustAdd(b, annotated("vm1"))
+	l, ok := h.leaseOf(b)
+	if !ok || l.IP.String() != "10.244.3.2" || l.MAC != "02:76:0a:f4:03:02" || l.VMName != "default/vm1" {
+		t.Fatalf("the VM's next pod got %+v", l)
+	}
+	// Its DEL and a GC the runtime runs after it leave the lease held.
+	if err := h.del(b, annotated("vm1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.other("GC", h.p.GC, b, map[string]any{"cni.dev/valid-attachments": []any{}}); err != nil {
+		t.Fatal(err)
+	}
+	if l, ok := h.leaseOf(b); ok {
+		t.Fatalf("the deleted attachment still has %+v", l)
+	}
+	lines := h.leaseLines()
+	if len(lines) != 1 || lines[0] != "10.244.3.2 mac=02:76:0a:f4:03:02 held cni pod=default/web-0 uid=uid-a hostname=web-0 vm=default/vm1 expires" {
+		t.Errorf("after GC: %q, want only the VM's held lease (the plain pods were not listed)", lines)
+	}
+}
+
+// A pod whose VM's other pod left without DEL (its netns is gone, as
+// after a node's reboot) takes the VM's lease over.
+func TestVMAnnotationStaleHolder(t *testing.T) {
+	h := newHarness(t, nil)
+	a, b := att("a"), att("b")
+	a.args, b.args = k8sArgs, k8sArgs
+	h.mustAdd(a, annotated("vm1"))
+	h.dp.removeNetns(a.netns)
+	h.mustAdd(b, annotated("vm1"))
+	l, ok := h.leaseOf(b)
+	if !ok || l.IP.String() != "10.244.3.2" {
+		t.Fatalf("takeover: %+v", l)
+	}
+	if _, ok := h.leaseOf(a); ok {
+		t.Error("the stale attachment kept a lease")
+	}
+}
+
+func TestVMAnnotationBadInput(t *testing.T) {
+	for _, tc := range []struct {
+		name, vm, args string
+		extra          map[string]any
+		words          []string
+	}{
+		{name: "invalid name", vm: "My_VM", args: k8sArgs, words: []string{"annotation vmlane.io/vm", `"My_VM"`, "lowercase"}},
+		{name: "empty name", vm: "", args: k8sArgs, words: []string{"annotation vmlane.io/vm", `""`}},
+		{name: "no namespace", vm: "vm1", args: "K8S_POD_NAME=web-0", words: []string{"annotation vmlane.io/vm", "K8S_POD_NAMESPACE"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, nil)
+			a := att("a")
+			a.args = tc.args
+			_, err := h.add(a, annotated(tc.vm))
+			wantCode(t, err, types.ErrInvalidNetworkConfig, tc.words...)
+			h.wantLeases()
+		})
+	}
+	for _, hold := range []any{0, -5, "0s", "-1h", "soon"} {
+		h := newHarness(t, map[string]any{"vmHoldTime": hold})
+		_, err := h.add(att("a"), nil)
+		wantCode(t, err, types.ErrInvalidNetworkConfig, "vmHoldTime")
+	}
+}
