@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
 	"github.com/vmlane/vmlane/internal/netnstest"
+	"github.com/vmlane/vmlane/leases"
 	"github.com/vmlane/vmlane/internal/testvm"
 )
 
@@ -51,4 +53,81 @@ func TestVMGuestReachesGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.assertClean(pod)
+}
+
+// TestAnnotatedPodThroughPlainConflist runs the plugin through libcni as
+// containerd and CRI-O call it: the plain network's conflist (vm: false),
+// which declares the pod-annotations capability, and the pod's annotations
+// as that capability's argument. A pod annotated vmlane.io/vm gets a TAP
+// wired to its veth; its DEL holds the VM's addresses and MAC, a plain pod
+// made meanwhile does not get them, and the VM's next pod does.
+func TestAnnotatedPodThroughPlainConflist(t *testing.T) {
+	n := newNode(t, "10.250.13.0/24")
+	list := n.conf("1.1.0", false, map[string]any{
+		"capabilities": map[string]bool{"mac": true, "ips": true, "io.kubernetes.cri.pod-annotations": true},
+	})
+	annotated := func(id string, pod *netnstest.NS) *libcni.RuntimeConf {
+		rt := podRT(id, pod)
+		rt.CapabilityArgs = map[string]any{"io.kubernetes.cri.pod-annotations": map[string]string{
+			"vmlane.io/vm": "vm1", "kubectl.kubernetes.io/last-applied-configuration": "{}",
+		}}
+		return rt
+	}
+	pod1 := netnstest.New(t, "pod")
+	rt1 := annotated("vm1-a", pod1)
+	r1, err := n.add(list, rt1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tap := r1.Interfaces[len(r1.Interfaces)-1]
+	if tap.Name != "tap0" || tap.Sandbox != pod1.Path {
+		t.Fatalf("result interfaces %+v: want the TAP last, in the pod", r1.Interfaces)
+	}
+	links := pod1.MustRun(t, "ip", "-d", "link", "show", "tap0")
+	if !strings.Contains(links, "tun type tap") {
+		t.Errorf("tap0 is not a TAP:\n%s", links)
+	}
+	if f := pod1.MustRun(t, "tc", "filter", "show", "dev", "eth0", "ingress"); !strings.Contains(f, "Redirect to device tap0") {
+		t.Errorf("eth0's ingress is not redirected to the TAP:\n%s", f)
+	}
+	if a := pod1.MustRun(t, "ip", "-o", "-4", "addr", "show", "dev", "eth0"); strings.TrimSpace(a) != "" {
+		t.Errorf("the VM pod's eth0 has an address of its own (plain mode?):\n%s", a)
+	}
+	if err := n.del(list, rt1); err != nil {
+		t.Fatal(err)
+	}
+	ls := n.leaseList()
+	if len(ls) != 1 || ls[0].State != leases.StateHeld || ls[0].VMName != "default/vm1" || ls[0].MAC != tap.Mac {
+		t.Fatalf("after DEL: %+v, want the VM's lease held", ls)
+	}
+	plainPod := netnstest.New(t, "pod")
+	plain := podRT("plain", plainPod)
+	rp, err := n.add(list, plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rp.IPs[0].Address.IP.Equal(r1.IPs[0].Address.IP) {
+		t.Fatalf("a plain pod got the held VM's address %s", rp.IPs[0].Address.IP)
+	}
+	pod2 := netnstest.New(t, "pod")
+	rt2 := annotated("vm1-b", pod2)
+	r2, err := n.add(list, rt2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tap2 := r2.Interfaces[len(r2.Interfaces)-1]
+	if !r2.IPs[0].Address.IP.Equal(r1.IPs[0].Address.IP) || tap2.Mac != tap.Mac {
+		t.Fatalf("the VM's next pod got %s %s, want %s %s", r2.IPs[0].Address.IP, tap2.Mac, r1.IPs[0].Address.IP, tap.Mac)
+	}
+	for _, c := range []struct {
+		rt  *libcni.RuntimeConf
+		pod *netnstest.NS
+	}{{rt2, pod2}, {plain, plainPod}} {
+		if err := n.del(list, c.rt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v := n.hostVeths(); len(v) != 0 {
+		t.Errorf("host veths left: %v", v)
+	}
 }
