@@ -7,8 +7,8 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/vmlane/vmlane/internal/netnstest"
-	"github.com/vmlane/vmlane/leases"
 	"github.com/vmlane/vmlane/internal/testvm"
+	"github.com/vmlane/vmlane/leases"
 )
 
 // TestVMGuestReachesGateway boots a real guest (QEMU, TCG) on the TAP the
