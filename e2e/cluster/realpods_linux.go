@@ -90,9 +90,16 @@ const macSentinel = "02:00:5e:00:53:01"
 // VMGuest is what a VM pod's guest does once it has its addresses, its
 // outcomes reported in the pod's log (GuestReport): ping each of Ping
 // (three echo requests), then GET each of Fetch (http:// URLs).
+//
+// VM, when set, makes the pod a pod of that VM the way users do: the pod
+// annotation vmlane.io/vm names it, and the pod has no RuntimeClass, so
+// containerd attaches it with the plain conflist, which passes the
+// annotation to the plugin (the io.kubernetes.cri.pod-annotations
+// capability); the plugin attaches it in VM mode all the same.
 type VMGuest struct {
 	Ping  []netip.Addr
 	Fetch []string
+	VM    string
 }
 
 // GuestReport is what VM pod name's guest has reported so far in its log.
@@ -116,7 +123,11 @@ func (c *Cluster) GuestReport(name string) (testvm.Result, error) {
 // from a device plugin. The guest's console is the container's log.
 func (c *Cluster) StartVMPod(tb testing.TB, name, node string, g VMGuest) KubePod {
 	tb.Helper()
-	c.step("VM pod %s on %s: RuntimeClass %s, QEMU on the pod's TAP", name, node, VMRuntimeClass)
+	if g.VM != "" {
+		c.step("VM pod %s on %s: annotated vmlane.io/vm: %s, QEMU on the pod's TAP", name, node, g.VM)
+	} else {
+		c.step("VM pod %s on %s: RuntimeClass %s, QEMU on the pod's TAP", name, node, VMRuntimeClass)
+	}
 	var targets []string
 	for _, a := range g.Ping {
 		targets = append(targets, a.String())
@@ -136,14 +147,19 @@ mac=$(printf '02:76:%02x:%02x:%02x:%02x' "$1" "$2" "$3" "$4")
 echo "vm-launcher: pod IP $POD_IP, guest NIC $mac on tap0"
 exec ` + strings.Join(q, " ")
 	guestDir := filepath.Dir(c.Guest().Kernel)
+	meta, class := "", "runtimeClassName: "+VMRuntimeClass
+	if g.VM != "" {
+		meta, class = "annotations: {vmlane.io/vm: "+g.VM+"}", ""
+	}
 	c.Apply(tb, fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
   name: %s
   namespace: default
   labels: {app: vm}
+  %s
 spec:
-  runtimeClassName: %s
+  %s
   nodeName: %s
   terminationGracePeriodSeconds: 1
   containers:
@@ -161,7 +177,7 @@ spec:
   volumes:
     - {name: usr, hostPath: {path: /usr}}
     - {name: guest, hostPath: {path: %s}}
-`, name, VMRuntimeClass, node, script, guestDir, guestDir))
+`, name, meta, class, node, script, guestDir, guestDir))
 	var pod KubePod
 	WaitFor(tb, 3*time.Minute, "VM pod "+name+" running with an IP", func() (bool, string) {
 		ok, why := c.PodsReady("default", "app=vm", len(c.Pods(tb, "default", "app=vm")))
