@@ -20,7 +20,7 @@ func TestManifestsApply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, kind := range []string{"namespace/", "serviceaccount/", "clusterrole.rbac.authorization.k8s.io/", "clusterrolebinding.rbac.authorization.k8s.io/", "daemonset.apps/"} {
+	for _, kind := range []string{"namespace/", "customresourcedefinition.apiextensions.k8s.io/vmclaims.vmlane.io", "serviceaccount/", "clusterrole.rbac.authorization.k8s.io/", "clusterrolebinding.rbac.authorization.k8s.io/", "daemonset.apps/"} {
 		if !strings.Contains(out, kind) {
 			t.Errorf("kubectl apply -k did not apply a %s:\n%s", strings.TrimSuffix(kind, "/"), out)
 		}
@@ -32,7 +32,8 @@ func TestManifestsApply(t *testing.T) {
 // ClusterRole is enough (every node has set its NetworkUnavailable
 // condition, a nodes/status patch). Here the API server is asked what that
 // token may do: nodes get/list/watch, nodes/status patch, events create
-// and patch (client-go's recorder patches a repeated Event), nothing more.
+// and patch (client-go's recorder patches a repeated Event), VMClaims
+// list, create, update and delete, nothing more.
 func TestRBACIsExactlyWhatVmlanedNeeds(t *testing.T) {
 	nodes, err := c.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
 	if err != nil {
@@ -65,6 +66,14 @@ func TestRBACIsExactlyWhatVmlanedNeeds(t *testing.T) {
 		{[]string{"get", "pods"}, "no"},
 		{[]string{"get", "secrets", "-A"}, "no"},
 		{[]string{"create", "serviceaccounts/token", "-n", "vmlane-system"}, "no"},
+		// VMClaims: listed, created, updated, deleted; never watched,
+		// got, or patched.
+		{[]string{"list", "vmclaims.vmlane.io", "-A"}, "yes"},
+		{[]string{"create", "vmclaims.vmlane.io", "-n", "default"}, "yes"},
+		{[]string{"update", "vmclaims.vmlane.io", "-n", "default"}, "yes"},
+		{[]string{"delete", "vmclaims.vmlane.io", "-n", "default"}, "yes"},
+		{[]string{"watch", "vmclaims.vmlane.io", "-A"}, "no"},
+		{[]string{"patch", "vmclaims.vmlane.io", "-n", "default"}, "no"},
 	} {
 		args := append([]string{"auth", "can-i"}, tc.args...)
 		out, _ := c.KubectlWith(c.NodeKubeconfig, args...) // "no" exits 1

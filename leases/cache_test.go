@@ -248,7 +248,7 @@ func TestCacheAfterCorruption(t *testing.T) {
 	good, _ := os.ReadFile(s.Path())
 	for name, content := range map[string]string{
 		"garbage":   "{not json",
-		"version":   `{"version":2,"subnet":"10.1.0.0/24","leases":[]}`,
+		"version":   `{"version":3,"subnet":"10.1.0.0/24","leases":[]}`,
 		"truncated": string(good[:len(good)-3]),
 	} {
 		os.WriteFile(s.Path(), []byte(content), 0o644)
@@ -319,7 +319,7 @@ func TestRoundTrips(t *testing.T) {
 		"duplicate IP":  {func(f *File) { f.Leases = append(f.Leases, f.Leases[0]) }, false},
 		"unknown state": {func(f *File) { f.Leases[0].State = "x" }, true},
 		"no state":      {func(f *File) { f.Leases[0].State = "" }, false},
-		"version 2":     {func(f *File) { f.Version = 2 }, false},
+		"version 3":     {func(f *File) { f.Version = 3 }, false},
 		"non-utf8 node": {func(f *File) { f.Node = "\xff" }, false},
 		"no gateway":    {func(f *File) { f.Gateway = netip.Addr{} }, true},
 		"last reserved": {func(f *File) { f.LastReserved = netip.MustParseAddr("10.1.0.2") }, true},

@@ -275,7 +275,7 @@ func fold(key string, names ...string) string {
 
 var (
 	fileKeys  = []string{"version", "node", "subnet", "gateway", "lastReserved", "subnet6", "gateway6", "lastReserved6", "leases"}
-	leaseKeys = []string{"mac", "ip", "ip6", "state", "source", "containerID", "ifname", "netns", "bridgePort", "vm", "vmName", "pod", "hostname", "created", "expires", "state6", "expires6"}
+	leaseKeys = []string{"mac", "ip", "ip6", "state", "source", "containerID", "ifname", "netns", "bridgePort", "vm", "vmName", "home", "home6", "pod", "hostname", "created", "expires", "state6", "expires6"}
 	podKeys   = []string{"namespace", "name", "uid"}
 )
 
@@ -415,6 +415,10 @@ func (d *decoder) lease(l *Lease) error {
 			return d.boolField(&l.VM, "vm")
 		case "vmName":
 			return d.strField(&l.VMName, "vmName")
+		case "home":
+			return d.prefixField(&l.Home, "home")
+		case "home6":
+			return d.prefixField(&l.Home6, "home6")
 		case "hostname":
 			return d.strField(&l.Hostname, "hostname")
 		case "created":
@@ -465,10 +469,14 @@ func decodeFile(data string) (*File, error) {
 				return err
 			}
 			sawVersion = true
-			if n != "1" {
-				return fmt.Errorf("unsupported lease file version %s (this build reads version %d)", n, Version)
+			switch n {
+			case "1":
+				f.Version = 1
+			case "2":
+				f.Version = 2
+			default:
+				return fmt.Errorf("unsupported lease file version %s (this build reads versions %d to %d)", n, Version, MaxVersion)
 			}
-			f.Version = 1
 			return nil
 		case "node":
 			return d.strField(&f.Node, "node")

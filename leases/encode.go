@@ -79,6 +79,17 @@ func appendLease(b []byte, l *Lease) []byte {
 		b = appendField(b, false, "vmName")
 		b = appendString(b, l.VMName)
 	}
+	for _, h := range [...]struct {
+		name string
+		p    netip.Prefix
+	}{{"home", l.Home}, {"home6", l.Home6}} {
+		if h.p.IsValid() {
+			b = appendField(b, false, h.name)
+			b = append(b, '"')
+			b = h.p.AppendTo(b)
+			b = append(b, '"')
+		}
+	}
 	if l.Pod != (Pod{}) {
 		b = appendField(b, false, "pod")
 		b = append(b, '{')
@@ -128,7 +139,7 @@ func (f *File) Encode() ([]byte, error) {
 	f.sort()
 	b := make([]byte, 0, 256+384*len(f.Leases))
 	b = append(b, `{"version":`...)
-	b = appendInt(b, f.Version)
+	b = appendInt(b, max(f.Version, f.formatVersion()))
 	if f.Node != "" {
 		b = appendField(b, false, "node")
 		b = appendString(b, f.Node)

@@ -10,8 +10,16 @@ import (
 	"github.com/vmlane/vmlane/internal/macaddr"
 )
 
-// Version is the lease file format version this package reads and writes.
-const Version = 1
+// Version is the lease file format version this package writes when no
+// lease has moved in from another node's subnet; MaxVersion is the newest
+// it reads and writes. Version 2 is version 1 plus leases whose addresses
+// lie outside the file's subnets ("home", "home6": a VM's addresses that
+// moved with it from another node), which a version 1 reader would take
+// for a damaged file: a file holds version 2 exactly when it has one.
+const (
+	Version    = 1
+	MaxVersion = 2
+)
 
 // DefaultPath is where vmlane keeps a node's lease file.
 const DefaultPath = "/var/lib/vmlane/leases.json"
@@ -112,8 +120,14 @@ type Lease struct {
 	// attachment goes, the lease is held for the VM (StateHeld) and the
 	// VM's next pod gets the same three. Empty for a lease that belongs
 	// to its attachment only.
-	VMName   string `json:"vmName,omitempty"`
-	Pod      Pod    `json:"pod,omitzero"`
+	VMName string `json:"vmName,omitempty"`
+	// Home and Home6 are the pod subnets of another node that IP and IP6
+	// belong to: the VM's addresses came with it from that node (its
+	// VMClaim), so they lie outside the file's subnet and subnet6. Zero
+	// for every address of this node's own subnets.
+	Home     netip.Prefix `json:"home,omitzero"`
+	Home6    netip.Prefix `json:"home6,omitzero"`
+	Pod      Pod          `json:"pod,omitzero"`
 	Hostname string `json:"hostname,omitempty"`
 	// Created is zero only for leases read from bootpd's file.
 	Created time.Time `json:"created,omitzero"`
@@ -234,8 +248,8 @@ func (f *File) validate() error {
 		if !l.IP.IsValid() {
 			return fmt.Errorf("lease %d has no valid \"ip\"", i)
 		}
-		if !f.Subnet.Contains(l.IP) {
-			return fmt.Errorf("lease %d: ip %s is outside subnet %s", i, l.IP, f.Subnet)
+		if err := checkHome(l.IP, l.Home, f.Subnet, "ip", "home", "subnet"); err != nil {
+			return fmt.Errorf("lease %d: %w", i, err)
 		}
 		if i > 0 && f.Leases[i-1].IP == l.IP {
 			return fmt.Errorf("lease %d: ip %s is held twice", i, l.IP)
@@ -326,10 +340,10 @@ func (f *File) validate6() error {
 			continue
 		}
 		switch {
-		case !f.Subnet6.IsValid():
+		case !f.Subnet6.IsValid() && !l.Home6.IsValid():
 			return fmt.Errorf("lease %d: ip6 %s but the file has no subnet6", i, l.IP6)
-		case !f.Subnet6.Contains(l.IP6):
-			return fmt.Errorf("lease %d: ip6 %s is outside subnet6 %s", i, l.IP6, f.Subnet6)
+		case checkHome(l.IP6, l.Home6, f.Subnet6, "ip6", "home6", "subnet6") != nil:
+			return fmt.Errorf("lease %d: %w", i, checkHome(l.IP6, l.Home6, f.Subnet6, "ip6", "home6", "subnet6"))
 		case l.IP6 == f.Gateway6:
 			return fmt.Errorf("lease %d: ip6 %s is the gateway", i, l.IP6)
 		}
@@ -342,6 +356,37 @@ func (f *File) validate6() error {
 		seen[l.IP6] = i
 	}
 	return nil
+}
+
+// checkHome checks that ip lies in the file's subnet, or, for a lease that
+// moved in (home set), in its home subnet and not in the file's.
+func checkHome(ip netip.Addr, home, subnet netip.Prefix, ipName, homeName, subnetName string) error {
+	if !home.IsValid() {
+		if !subnet.Contains(ip) {
+			return fmt.Errorf("%s %s is outside %s %s", ipName, ip, subnetName, subnet)
+		}
+		return nil
+	}
+	switch {
+	case home != home.Masked():
+		return fmt.Errorf("%s %s has host bits set", homeName, home)
+	case !home.Contains(ip):
+		return fmt.Errorf("%s %s is outside its %s %s", ipName, ip, homeName, home)
+	case subnet.IsValid() && home.Overlaps(subnet):
+		return fmt.Errorf("%s %s overlaps the file's %s %s: an address of this node's own subnet has no other home", homeName, home, subnetName, subnet)
+	}
+	return nil
+}
+
+// formatVersion is the version f is written as: 2 when a lease moved in
+// from another node's subnet, else 1.
+func (f *File) formatVersion() int {
+	for _, l := range f.Leases {
+		if l.Home.IsValid() || l.Home6.IsValid() {
+			return MaxVersion
+		}
+	}
+	return Version
 }
 
 func (f *File) sort() {

@@ -232,7 +232,7 @@ func TestSalvageKeepsWhatItDoesNotKnow(t *testing.T) {
 		t.Errorf("header %+v, want its unknown member future and the cursor 10.244.3.7", sv.Header)
 	}
 	// A file of a newer format: its version is known, nothing else need be.
-	if v := leases.Salvage([]byte(`{"version":2,"subnet":"10.244.3.0/24","leases":[` + "\n")).Header.Version; v != 2 {
-		t.Errorf("a version 2 header reads as version %d", v)
+	if v := leases.Salvage([]byte(`{"version":3,"subnet":"10.244.3.0/24","leases":[` + "\n")).Header.Version; v != 3 {
+		t.Errorf("a version 3 header reads as version %d", v)
 	}
 }

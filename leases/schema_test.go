@@ -177,8 +177,8 @@ func TestSchemaEnumsMatchConstants(t *testing.T) {
 	if diff := cmp.Diff(sources, enum("source")); diff != "" {
 		t.Errorf("source enum (-go +schema):\n%s", diff)
 	}
-	if v := root["properties"].(map[string]any)["version"].(map[string]any)["const"]; v != float64(leases.Version) {
-		t.Errorf("version const = %v, want %d", v, leases.Version)
+	if v := root["properties"].(map[string]any)["version"].(map[string]any)["enum"]; !cmp.Equal(v, []any{float64(leases.Version), float64(leases.MaxVersion)}) {
+		t.Errorf("version enum = %v, want [%d %d]", v, leases.Version, leases.MaxVersion)
 	}
 }
 
@@ -249,7 +249,7 @@ func TestSchemaRejects(t *testing.T) {
 	base := storeWrittenFile(t)
 	lease0 := func(d map[string]any) map[string]any { return d["leases"].([]any)[0].(map[string]any) }
 	for name, mutate := range map[string]func(d map[string]any){
-		"version 2":           func(d map[string]any) { d["version"] = 2.0 },
+		"version 3":           func(d map[string]any) { d["version"] = 3.0 },
 		"no version":          func(d map[string]any) { delete(d, "version") },
 		"no leases":           func(d map[string]any) { delete(d, "leases") },
 		"subnet not CIDR":     func(d map[string]any) { d["subnet"] = "10.244.3.0" },

@@ -298,6 +298,9 @@ func countIP6(ls []Lease) int {
 // writeLocked writes f durably, which it takes over: the cache keeps it as
 // the decode of what was written. The caller holds the file lock.
 func (s *Store) writeLocked(f *File) error {
+	// The lowest version that can hold what the file holds: a file goes
+	// back to version 1 once its last lease that moved in is gone.
+	f.Version = f.formatVersion()
 	if err := s.replaceLocked(f); err != nil {
 		return err
 	}

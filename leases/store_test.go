@@ -321,7 +321,7 @@ func TestUpdateIsAllOrNothing(t *testing.T) {
 func TestCorruptFileIsKeptAndRefused(t *testing.T) {
 	for name, content := range map[string]string{
 		"garbage":     "{not json",
-		"version":     `{"version":2,"subnet":"10.1.0.0/24","leases":[]}`,
+		"version":     `{"version":3,"subnet":"10.1.0.0/24","leases":[]}`,
 		"duplicateIP": `{"version":1,"subnet":"10.1.0.0/24","gateway":"10.1.0.1","leases":[{"mac":"","ip":"10.1.0.2","state":"reserved","source":"cni","created":"2026-01-01T00:00:00Z"},{"mac":"","ip":"10.1.0.2","state":"reserved","source":"cni","created":"2026-01-01T00:00:00Z"}]}`,
 		"truncated":   `{"version":1,"subnet":"10.1.0.0/24","gateway":"10.1.0.1","leases":[{"mac":"","ip":"10.1`,
 	} {

@@ -57,7 +57,12 @@ type ReserveRequest struct {
 	VMName string
 	// Stale reports whether the attachment of a lease that holds VMName
 	// is gone (its netns no longer exists) though its DEL never came.
-	Stale    func(Lease) bool
+	Stale func(Lease) bool
+	// Home and Home6 move a VM's addresses in from another node's pod
+	// subnets (its VMClaim): IP, IP6 and MAC are then required and lie in
+	// them, outside the store's subnets. Used only when the VM has no
+	// lease here to take over.
+	Home, Home6 netip.Prefix
 	Pod      Pod
 	Hostname string
 	// Expires is zero for a reservation held until released (CNI). A DHCP
@@ -99,6 +104,9 @@ func (tx *Tx) Reserve(req ReserveRequest) (Lease, error) {
 		if l, ok, err := tx.takeOverVM(req); ok || err != nil {
 			return l, err
 		}
+	}
+	if req.Home.IsValid() {
+		return tx.moveIn(req)
 	}
 	// Every lease holds its address, whatever its state: a declined one
 	// until its quarantine ends, one this version does not know until a

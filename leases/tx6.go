@@ -66,7 +66,7 @@ func (tx *Tx) Free6() int {
 	}
 	free := int(size)
 	for _, l := range f.Leases {
-		if l.IP6.IsValid() {
+		if l.IP6.IsValid() && !l.Home6.IsValid() {
 			free--
 		}
 	}

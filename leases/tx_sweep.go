@@ -93,6 +93,9 @@ func (tx *Tx) Free(exclude Pool) int {
 	}
 	free := int(size)
 	for _, l := range tx.f.Leases {
+		if l.Home.IsValid() {
+			continue // moved in: an address of another node's subnet
+		}
 		if !exclude.First.IsValid() || !exclude.contains(l.IP) {
 			free--
 		}

@@ -5,6 +5,7 @@ package leases
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -151,4 +152,48 @@ func (tx *Tx) ReleaseVM(vm string) (Lease, bool, error) {
 	tx.mustWrite()
 	tx.f.Leases = slices.Delete(tx.f.Leases, i, i+1)
 	return l, true, nil
+}
+
+// moveIn reserves a VM's addresses that belong to another node's pod
+// subnets (req.Home, req.Home6), for a VM whose claim says it has them:
+// its pod has come to this node. Nothing here may hold them already.
+func (tx *Tx) moveIn(req ReserveRequest) (Lease, error) {
+	f := tx.f
+	if req.VMName == "" || !req.IP.IsValid() || req.MAC == "" {
+		return Lease{}, fmt.Errorf("moving VM %q in from %s needs its ip and mac", req.VMName, req.Home)
+	}
+	ip := req.IP.Unmap()
+	if err := checkHome(ip, req.Home, f.Subnet, "ip", "home", "subnet"); err != nil {
+		return Lease{}, fmt.Errorf("VM %s's claim: %w", req.VMName, err)
+	}
+	if req.IP6.IsValid() {
+		if !req.Home6.IsValid() {
+			return Lease{}, fmt.Errorf("VM %s's claim: ip6 %s without its home6", req.VMName, req.IP6)
+		}
+		if err := checkHome(req.IP6, req.Home6, f.Subnet6, "ip6", "home6", "subnet6"); err != nil {
+			return Lease{}, fmt.Errorf("VM %s's claim: %w", req.VMName, err)
+		}
+	}
+	for _, l := range f.Leases {
+		switch {
+		case l.IP == ip:
+			return Lease{}, fmt.Errorf("VM %s's ip %s: %w by %s", req.VMName, ip, ErrInUse, describe(l))
+		case req.IP6.IsValid() && l.IP6 == req.IP6:
+			return Lease{}, fmt.Errorf("VM %s's ip6 %s: %w by %s", req.VMName, req.IP6, ErrInUse, describe(l))
+		case l.MAC == req.MAC && holdsMAC(l):
+			return Lease{}, fmt.Errorf("VM %s's MAC %s: %w by %s", req.VMName, req.MAC, ErrInUse, describe(l))
+		}
+	}
+	l := Lease{
+		MAC: req.MAC, IP: ip, IP6: req.IP6, Home: req.Home, Home6: netip.Prefix{},
+		State: StateReserved, Source: req.Source,
+		ContainerID: req.Key.ContainerID, IfName: req.Key.IfName, NetNS: req.NetNS, BridgePort: req.BridgePort,
+		VM: req.VM, VMName: req.VMName, Pod: req.Pod, Hostname: req.Hostname, Created: tx.now,
+	}
+	if req.IP6.IsValid() {
+		l.Home6 = req.Home6
+	}
+	tx.mustWrite()
+	f.Leases = append(f.Leases, l)
+	return l, nil
 }

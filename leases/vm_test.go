@@ -199,3 +199,70 @@ func TestVMName(t *testing.T) {
 		t.Error("ParseVMName without a namespace succeeded")
 	}
 }
+
+// A VM whose claim says its addresses belong to another node's subnets
+// moves in: the lease lies outside the file's subnets, the file turns
+// version 2 while it has one, and back to 1 once it is gone.
+func TestVMMoveIn(t *testing.T) {
+	s, c := newStore6(t, "10.1.1.0/24", "fd00:1:1::/64")
+	req := vmReq("b", "default/vm1")
+	req.IP, req.IP6, req.MAC = netip.MustParseAddr("10.1.0.5"), netip.MustParseAddr("fd00:1::5"), "02:76:0a:01:00:05"
+	req.Home, req.Home6 = netip.MustParsePrefix("10.1.0.0/24"), netip.MustParsePrefix("fd00:1::/64")
+	l := mustReserve(t, s, req)
+	if l.IP != req.IP || l.IP6 != req.IP6 || l.MAC != req.MAC || l.Home != req.Home || l.Home6 != req.Home6 {
+		t.Fatalf("moved in: %+v", l)
+	}
+	data, _ := os.ReadFile(s.Path())
+	if !strings.HasPrefix(string(data), `{"version":2,`) {
+		t.Fatalf("a file with a lease that moved in is not version 2:\n%s", data)
+	}
+	if _, err := Read(s.Path()); err != nil {
+		t.Fatal(err)
+	}
+	// Plain pods still get addresses of the node's own subnet.
+	if p := mustReserve(t, s, cniReq("p")); p.IP.String() != "10.1.1.2" {
+		t.Errorf("plain pod got %s", p.IP)
+	}
+	// The VM's DEL holds its addresses here as it does at home; its next
+	// pod here takes them back.
+	if _, _, err := s.Release(req.Key); err != nil {
+		t.Fatal(err)
+	}
+	again := mustReserve(t, s, vmReq("c", "default/vm1"))
+	if again.IP != req.IP || again.Home != req.Home || again.State != StateReserved {
+		t.Fatalf("the VM's next pod here: %+v", again)
+	}
+	// Bad claims.
+	for name, edit := range map[string]func(*ReserveRequest){
+		"ip outside home":   func(r *ReserveRequest) { r.IP = netip.MustParseAddr("10.9.0.5") },
+		"home is this node": func(r *ReserveRequest) { r.Home, r.IP = netip.MustParsePrefix("10.1.1.0/24"), netip.MustParseAddr("10.1.1.9") },
+		"ip6 without home6": func(r *ReserveRequest) { r.Home6 = netip.Prefix{} },
+		"held ip":           func(r *ReserveRequest) { r.VMName = "default/vm2" },
+	} {
+		r := req
+		r.Key = Key{ContainerID: "x", IfName: "eth0"}
+		r.VMName = "default/vm3"
+		r.MAC = "02:76:0a:01:00:09"
+		edit(&r)
+		if r.VMName == "default/vm2" {
+			r.MAC = "02:76:0a:01:00:0a"
+		}
+		if _, err := s.Reserve(r); err == nil {
+			t.Errorf("%s: moved in", name)
+		}
+	}
+	if _, _, err := s.Release(Key{ContainerID: "c", IfName: "eth0"}); err != nil {
+		t.Fatal(err)
+	}
+	c.advance(DefaultVMHold)
+	if _, err := s.Expire(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Reserve(cniReq("q")); err != nil {
+		t.Fatal(err)
+	}
+	data, _ = os.ReadFile(s.Path())
+	if !strings.HasPrefix(string(data), `{"version":1,`) {
+		t.Errorf("the file stays version 2 after its last moved-in lease went:\n%s", data)
+	}
+}

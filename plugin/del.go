@@ -30,9 +30,10 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		// is gone matches no frame, and the name comes back only for the
 		// same attachment, whose ADD replaces it.
 		var errs []error
+		held, _ := c.lease(key)
 		if args.Netns != "" {
 			names := []string{args.IfName}
-			if c.VM || c.leaseIsVM(key) {
+			if c.VM || held.VM {
 				names = append(names, c.TapName)
 			}
 			if err := p.dp.DeleteNetnsLinks(args.Netns, names...); err != nil {
@@ -41,6 +42,11 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		}
 		if err := p.dp.DeleteHostLink(HostVethName(key)); err != nil {
 			errs = append(errs, err)
+		}
+		for _, dst := range hostRoutes(held) {
+			if err := p.dp.UnrouteHost(c.Bridge, dst); err != nil {
+				errs = append(errs, err)
+			}
 		}
 		// Links first, then the lease: the address is free for reuse only
 		// once no interface answers for it.
@@ -56,17 +62,18 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	})
 }
 
-// leaseIsVM reports whether key's lease is a VM's: a VM pod attached by its
-// vmlane.io/vm annotation has a TAP though its network is the plain one,
-// and a runtime that does not pass the annotation on DEL still gets it
-// removed. Any error reads as no.
-func (c *Config) leaseIsVM(key leases.Key) bool {
+// lease is key's lease, for what DEL removes besides the links it always
+// does: a VM pod attached by its vmlane.io/vm annotation has a TAP though
+// its network is the plain one (a runtime that does not pass the
+// annotation on DEL still gets it removed), and a VM that moved in has its
+// host routes. Any error reads as no lease.
+func (c *Config) lease(key leases.Key) (leases.Lease, bool) {
 	store, err := c.store()
 	if err != nil {
-		return false
+		return leases.Lease{}, false
 	}
 	l, ok, err := store.Get(key)
-	return err == nil && ok && l.VM
+	return l, err == nil && ok
 }
 
 // release frees key's lease for DEL, which must never keep a pod from

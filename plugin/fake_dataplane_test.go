@@ -193,6 +193,34 @@ func (f *fakeDataplane) SetupTap(netns, tap, podIf string, mtu int, multiQueue b
 	return Link{Name: tap, MTU: mtu, Sandbox: netns}, nil
 }
 
+func (f *fakeDataplane) RouteHost(bridge string, dst netip.Prefix) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	before, after := f.enterLocked("RouteHost", bridge, dst.String())
+	if before != nil {
+		return before
+	}
+	if f.links[fakeLinkKey{"", bridge}] == nil {
+		return fmt.Errorf("no bridge %s", bridge)
+	}
+	if f.hostRoutes == nil {
+		f.hostRoutes = map[netip.Prefix]string{}
+	}
+	f.hostRoutes[dst] = bridge
+	return after
+}
+
+func (f *fakeDataplane) UnrouteHost(bridge string, dst netip.Prefix) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	before, after := f.enterLocked("UnrouteHost", bridge, dst.String())
+	if before != nil {
+		return before
+	}
+	delete(f.hostRoutes, dst)
+	return after
+}
+
 func (f *fakeDataplane) Guard(p antispoof.Port) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

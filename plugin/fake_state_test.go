@@ -92,6 +92,9 @@ func (f *fakeDataplane) state() []string {
 			out = append(out, tc+"filter add dev "+k.name+" ingress prio 1 protocol all u32 match u32 0 0 action mirred egress redirect dev "+r)
 		}
 	}
+	for dst, br := range f.hostRoutes {
+		out = append(out, fmt.Sprintf("ip route add %s dev %s proto 78 scope link", dst, br))
+	}
 	for _, p := range f.guards {
 		out = append(out, fmt.Sprintf("nft add element bridge vmlane addrs { %s . %s . %s }", p.Name, p.MAC, p.IP))
 		if p.IP6.IsValid() {

@@ -36,7 +36,9 @@ type fakeDataplane struct {
 	links       map[fakeLinkKey]*fakeLink
 	guards      map[string]antispoof.Port // by port name
 	guardErr    error                     // what Guard returns, if set
-	calls       []string
+	// hostRoutes are RouteHost's routes: destination to bridge.
+	hostRoutes map[netip.Prefix]string
+	calls      []string
 	counts      map[string]int
 	faults      map[string]*fakeFault
 }

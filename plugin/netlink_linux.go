@@ -365,3 +365,37 @@ func (netlinkDataplane) BridgeStatus(name string) error { return bridge.Status(n
 func (netlinkDataplane) Guard(p antispoof.Port) error       { return antispoof.Table{}.Add(p) }
 func (netlinkDataplane) Unguard(ports ...string) error      { return antispoof.Table{}.Remove(ports...) }
 func (netlinkDataplane) Guarded() ([]antispoof.Port, error) { return antispoof.Table{}.Ports() }
+
+func (netlinkDataplane) RouteHost(bridgeName string, dst netip.Prefix) error {
+	br, err := netlinksafe.LinkByName(bridgeName)
+	if err != nil {
+		return fmt.Errorf("looking up %s: %w", bridgeName, err)
+	}
+	return netlink.RouteReplace(&netlink.Route{
+		LinkIndex: br.Attrs().Index,
+		Dst:       &net.IPNet{IP: dst.Addr().AsSlice(), Mask: net.CIDRMask(dst.Bits(), dst.Addr().BitLen())},
+		Scope:     netlink.SCOPE_LINK,
+		Protocol:  netlink.RouteProtocol(HostRouteProtocol),
+		Table:     unix.RT_TABLE_MAIN,
+	})
+}
+
+func (netlinkDataplane) UnrouteHost(bridgeName string, dst netip.Prefix) error {
+	br, err := netlinksafe.LinkByName(bridgeName)
+	if isNotFound(err) {
+		return nil // the route went with the bridge
+	}
+	if err != nil {
+		return fmt.Errorf("looking up %s: %w", bridgeName, err)
+	}
+	err = netlink.RouteDel(&netlink.Route{
+		LinkIndex: br.Attrs().Index,
+		Dst:       &net.IPNet{IP: dst.Addr().AsSlice(), Mask: net.CIDRMask(dst.Bits(), dst.Addr().BitLen())},
+		Protocol:  netlink.RouteProtocol(HostRouteProtocol),
+		Table:     unix.RT_TABLE_MAIN,
+	})
+	if errors.Is(err, syscall.ESRCH) {
+		return nil
+	}
+	return err
+}

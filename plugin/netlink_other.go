@@ -38,6 +38,8 @@ func (unsupported) SetupTap(string, string, string, int, bool) (Link, error) {
 	return Link{}, errUnsupported
 }
 func (unsupported) DeleteHostLink(string) error              { return errUnsupported }
+func (unsupported) RouteHost(string, netip.Prefix) error     { return errUnsupported }
+func (unsupported) UnrouteHost(string, netip.Prefix) error   { return errUnsupported }
 func (unsupported) DeleteNetnsLinks(string, ...string) error { return errUnsupported }
 func (unsupported) Observe(string, Attached) (Observed, error) {
 	return Observed{}, errUnsupported

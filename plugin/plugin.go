@@ -64,6 +64,12 @@ type dataplane interface {
 	Observe(netns string, want Attached) (Observed, error)
 	// BridgeStatus returns an error unless the bridge exists and is up.
 	BridgeStatus(name string) error
+	// RouteHost routes dst (an address of a VM that moved in from another
+	// node's subnet) onto the bridge, scope link, protocol
+	// HostRouteProtocol; UnrouteHost removes that route (none is
+	// success).
+	RouteHost(bridge string, dst netip.Prefix) error
+	UnrouteHost(bridge string, dst netip.Prefix) error
 	// Guard makes p the only identity its port may send as; it works
 	// before the port exists. Unguard removes a port's identity (none is
 	// success), and Guarded lists the ports that have one.
@@ -171,7 +177,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		if err != nil {
 			return storeError(err)
 		}
-		lease, err := store.Reserve(leases.ReserveRequest{
+		req := leases.ReserveRequest{
 			Key:        key,
 			IP:         c.IP,
 			IP6:        c.IP6,
@@ -189,7 +195,13 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 			},
 			Pod:      pod,
 			Hostname: pod.Name,
-		})
+		}
+		if vmName != "" {
+			if err := c.claimed(&req); err != nil {
+				return err
+			}
+		}
+		lease, err := store.Reserve(req)
 		if err != nil {
 			return storeError(err)
 		}
@@ -234,6 +246,20 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 				return err
 			}
 		}
+		// A VM whose addresses moved in from another node's subnet is
+		// reached through the bridge by a host route each.
+		for _, dst := range hostRoutes(lease) {
+			defer func() {
+				if !success {
+					if uerr := p.dp.UnrouteHost(c.Bridge, dst); uerr != nil {
+						log.Error("removing host route after failed ADD", "dst", dst, "err", uerr)
+					}
+				}
+			}()
+			if err := p.dp.RouteHost(c.Bridge, dst); err != nil {
+				return fmt.Errorf("routing %s onto %s: %w", dst, c.Bridge, err)
+			}
+		}
 		podMAC := lease.MAC
 		if c.VM {
 			podMAC = "" // the guest's MAC must appear on the wire only once
@@ -276,8 +302,59 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 
 		success = true
 		log.Info("attached", "ip", lease.IP, "ip6", lease.IP6, "mac", lease.MAC, "hostVeth", hostIf, "vm", c.VM, "vmName", vmName, "retried", retried)
-		return types.PrintResult(BuildResult(c, a, lease.IP, lease.IP6), c.CNIVersion)
+		rc := c
+		if lease.Home.IsValid() {
+			// The guest is told its home subnet and gateway by DHCP
+			// here too (the bridge answers ARP for that gateway).
+			home := *c
+			home.SubnetPrefix, home.GatewayAddr = lease.Home, lease.Home.Addr().Next()
+			rc = &home
+		}
+		return types.PrintResult(BuildResult(rc, a, lease.IP, lease.IP6), c.CNIVersion)
 	})
+}
+
+// HostRouteProtocol marks the host routes of VMs that moved in (`ip route`
+// proto 78): the plugin owns them, beside the route controller's 77.
+const HostRouteProtocol = 78
+
+// hostRoutes are the routes onto the bridge a lease that moved in needs:
+// its addresses lie outside the bridge's subnets.
+func hostRoutes(l leases.Lease) []netip.Prefix {
+	var out []netip.Prefix
+	if l.Home.IsValid() {
+		out = append(out, netip.PrefixFrom(l.IP, 32))
+	}
+	if l.Home6.IsValid() && l.IP6.IsValid() {
+		out = append(out, netip.PrefixFrom(l.IP6, 128))
+	}
+	return out
+}
+
+// claimed puts into req the addresses and MAC the VM's claim names (the
+// node's copy of the cluster's VMClaims), when it has one and the runtime
+// asked for none: the VM's pod came to this node from another, or back
+// here after its lease here ended. Addresses of another node's subnets
+// move in (req.Home, req.Home6).
+func (c *Config) claimed(req *leases.ReserveRequest) error {
+	cl, ok, err := vmClaim(c.LeaseFile, req.VMName)
+	if err != nil {
+		return types.NewError(types.ErrTryAgainLater, "reading the node's VM claims", err.Error())
+	}
+	if !ok || req.IP.IsValid() || req.MAC != "" {
+		return nil
+	}
+	req.IP, req.MAC = cl.IPv4.Addr(), cl.MAC
+	if !c.SubnetPrefix.Contains(req.IP) {
+		req.Home = cl.IPv4.Masked()
+	}
+	if cl.IPv6.IsValid() && c.DualStack() && !req.IP6.IsValid() {
+		req.IP6 = cl.IPv6.Addr()
+		if !c.Subnet6Prefix.Contains(req.IP6) {
+			req.Home6 = cl.IPv6.Masked()
+		}
+	}
+	return nil
 }
 
 // vmIdentity is the VM the pod belongs to, "NAMESPACE/NAME", from its

@@ -1,6 +1,9 @@
 package plugin
 
 import (
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -116,4 +119,68 @@ func TestVMAnnotationBadInput(t *testing.T) {
 		_, err := h.add(att("a"), nil)
 		wantCode(t, err, types.ErrInvalidNetworkConfig, "vmHoldTime")
 	}
+}
+
+// writeClaims writes the node's copy of the cluster's VMClaims beside the
+// harness's lease file.
+func (h *harness) writeClaims(body string) {
+	h.t.Helper()
+	if err := os.WriteFile(filepath.Join(filepath.Dir(h.leaseFile), ClaimsFileName), []byte(body), 0o644); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// A VM whose claim names another node's addresses moves in: its lease
+// holds them outside the node's subnet, the bridge gets a host route to
+// each, anti-spoofing lets its port speak with them, and the result names
+// its home subnet's gateway. Its DEL removes the routes and holds the
+// lease.
+func TestVMMovesIn(t *testing.T) {
+	h := newHarness(t, nil)
+	h.writeClaims(`{"version":1,"claims":[{"vm":"default/vm1","ipv4":"10.244.1.5/24","mac":"02:76:0a:f4:01:05","node":"node-a"},
+		{"vm":"default/other","ipv4":"10.244.1.6/24","mac":"02:76:0a:f4:01:06","node":"node-a"}]}`)
+	a := att("a")
+	a.args = k8sArgs
+	r := h.mustAdd(a, annotated("vm1"))
+	if got := ipLines(r); !slices.Equal(got, []string{"10.244.1.5/24 gw 10.244.1.1 on 2"}) {
+		t.Errorf("result ips %q, want the VM's address in its home subnet", got)
+	}
+	if tap := r.Interfaces[len(r.Interfaces)-1]; tap.Mac != "02:76:0a:f4:01:05" {
+		t.Errorf("TAP MAC %s, want the claim's", tap.Mac)
+	}
+	st := h.dp.state()
+	for _, want := range []string{
+		"ip route add 10.244.1.5/32 dev vmlane0 proto 78 scope link",
+		"nft add element bridge vmlane addrs { " + a.veth() + " . 02:76:0a:f4:01:05 . 10.244.1.5 }",
+	} {
+		if !slices.Contains(st, want) {
+			t.Errorf("no %q in:\n%s", want, strings.Join(st, "\n"))
+		}
+	}
+	l, ok := h.leaseOf(a)
+	if !ok || l.Home.String() != "10.244.1.0/24" || l.VMName != "default/vm1" {
+		t.Fatalf("lease %+v, want it moved in from 10.244.1.0/24", l)
+	}
+	if err := h.del(a, annotated("vm1")); err != nil {
+		t.Fatal(err)
+	}
+	if slices.ContainsFunc(h.dp.state(), func(s string) bool { return strings.HasPrefix(s, "ip route add 10.244.1.5/32") }) {
+		t.Errorf("DEL left the host route:\n%s", strings.Join(h.dp.state(), "\n"))
+	}
+	h.wantLeases("10.244.1.5 mac=02:76:0a:f4:01:05 held cni pod=default/web-0 uid=uid-a hostname=web-0 vm=default/vm1 expires")
+
+	// A VM without a claim gets an address of the node's own subnet.
+	b := att("b")
+	b.args = k8sArgs
+	if r := h.mustAdd(b, annotated("vm2")); r.IPs[0].Address.IP.String() != "10.244.3.2" {
+		t.Errorf("a VM without a claim got %s", r.IPs[0].Address.IP)
+	}
+	// A claims file that does not parse fails the ADD of a VM's pod
+	// (its addresses may be in it), not of a plain pod.
+	h.writeClaims(`{"version":1,"claims":[`)
+	c := att("c")
+	c.args = k8sArgs
+	_, err := h.add(c, annotated("vm3"))
+	wantCode(t, err, types.ErrTryAgainLater, "VM claims", ClaimsFileName)
+	h.mustAdd(att("d"), nil)
 }

@@ -73,6 +73,11 @@ func (l *linuxNode) controller(ctx context.Context, client kubernetes.Interface,
 		recorder.Event(&corev1.ObjectReference{Kind: "Node", Name: c.NodeName, UID: types.UID(c.NodeName), APIVersion: "v1"},
 			corev1.EventTypeWarning, "CNIConfigShadowed", msg)
 	})
+	if dyn, err := dynamicClient(c.Kubeconfig); err != nil {
+		l.log.Warn("no client for VMClaims: VMs keep their addresses on this node only", "err", err)
+	} else {
+		go runClaims(ctx, dyn, c.LeaseFile, c.NodeName, l.log)
+	}
 	ipt4, err := routes.NewIPTables(false)
 	if err != nil {
 		// Most often an image without the iptables package.

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -30,6 +31,21 @@ import (
 // kubeClient is a client from kubeconfig, or the in-cluster config (the
 // DaemonSet's ServiceAccount) when kubeconfig is empty.
 func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	cfg, err := restConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	// Protobuf, as the kubelet and kube-proxy use for core types: the
+	// informer's list of every Node decodes several times faster than
+	// JSON, which matters at thousands of nodes (the whole list is in the
+	// path from start to the first route).
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	return kubernetes.NewForConfig(cfg)
+}
+
+// restConfig is the client config from kubeconfig, or the in-cluster one.
+func restConfig(kubeconfig string) (*rest.Config, error) {
 	var cfg *rest.Config
 	var err error
 	if kubeconfig == "" {
@@ -41,13 +57,17 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("kubernetes client config (outside a pod, as on a Mac node, give --kubeconfig): %w", err)
 	}
 	cfg.UserAgent = "vmlaned/" + version
-	// Protobuf, as the kubelet and kube-proxy use for core types: the
-	// informer's list of every Node decodes several times faster than
-	// JSON, which matters at thousands of nodes (the whole list is in the
-	// path from start to the first route).
-	cfg.ContentType = "application/vnd.kubernetes.protobuf"
-	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	return kubernetes.NewForConfig(cfg)
+	return cfg, nil
+}
+
+// dynamicClient is a client for vmlane's own resources (VMClaims), which
+// custom resources serve as JSON only.
+func dynamicClient(kubeconfig string) (dynamic.Interface, error) {
+	cfg, err := restConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	return dynamic.NewForConfig(cfg)
 }
 
 // waitForNodePodCIDRs waits for the node's podCIDRs and returns its IPv4

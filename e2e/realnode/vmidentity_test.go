@@ -26,6 +26,29 @@ func TestVMIdentityRestart(t *testing.T) {
 			c.Kubectl("delete", "pod", p, "--ignore-not-found", "--wait=true", "--timeout=60s")
 		}
 	})
+	// How long the VM's claim takes to reach the API after its ADD wrote
+	// the lease: watched from both ends every 20 ms while the pod starts.
+	claimLag := make(chan time.Duration, 1)
+	go func() {
+		var leaseAt time.Time
+		for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if leaseAt.IsZero() {
+				if snap, err := leases.Read(node.File("/var/lib/vmlane/leases.json")); err == nil {
+					for _, l := range snap.Leases() {
+						if l.VMName == "default/vmid" {
+							leaseAt = time.Now()
+						}
+					}
+				}
+				continue
+			}
+			if out, err := c.Kubectl("get", "vmclaims", "vmid", "-o", "name"); err == nil && strings.TrimSpace(out) != "" {
+				claimLag <- time.Since(leaseAt)
+				return
+			}
+		}
+		claimLag <- -1
+	}()
 	first := c.StartVMPod(t, "vmid-1", "node-a", cluster.VMGuest{VM: "vmid"})
 	addr := c.WaitGuest(t, "vmid-1")
 	log, _ := c.Kubectl("logs", "vmid-1")
@@ -38,6 +61,19 @@ func TestVMIdentityRestart(t *testing.T) {
 		t.Fatalf("vmid-1's lease: %+v, want a VM's, of pod vmid-1", lease)
 	}
 	mac := lease.MAC
+	switch lag := <-claimLag; {
+	case lag < 0:
+		t.Errorf("no VMClaim default/vmid within 3 minutes of its lease")
+	case lag > 2*time.Second:
+		t.Errorf("VMClaim default/vmid reached the API %s after its lease, want under 2 s", lag)
+	default:
+		t.Logf("VMClaim default/vmid in the API %s after the ADD wrote its lease (polled every 20 ms)", lag.Round(10*time.Millisecond))
+	}
+	want := fmt.Sprintf("%s/%d %s/%d %s node-a default/vmid-1", addr, podCIDR(t, "node-a").Bits(), addr6, podCIDR6(t, "node-a").Bits(), mac)
+	cluster.WaitFor(t, 10*time.Second, "VMClaim default/vmid says "+want, func() (bool, string) {
+		out, _ := c.Kubectl("get", "vmclaim", "vmid", "-o", "jsonpath={.status.ipv4} {.status.ipv6} {.status.mac} {.status.node} {.status.pod}")
+		return out == want, out
+	})
 
 	if out, err := c.Kubectl("delete", "pod", "vmid-1", "--wait=true", "--timeout=90s"); err != nil {
 		t.Fatal(out, err)
@@ -45,6 +81,10 @@ func TestVMIdentityRestart(t *testing.T) {
 	if l := vmLease(t, node, "default/vmid"); l.State != leases.StateHeld || l.IP != addr || l.IP6 != addr6 || l.MAC != mac {
 		t.Fatalf("after vmid-1 went: %+v, want the VM's addresses held", l)
 	}
+	cluster.WaitFor(t, 10*time.Second, "VMClaim default/vmid held, without a pod", func() (bool, string) {
+		out, _ := c.Kubectl("get", "vmclaim", "vmid", "-o", "jsonpath={.status.node} {.status.pod} {.status.heldUntil}")
+		return strings.HasPrefix(out, "node-a  20"), out
+	})
 
 	// A plain pod in between, on the same node.
 	c.Apply(t, `apiVersion: v1
@@ -121,6 +161,10 @@ spec:
 			t.Errorf("the VM's lease is still there after its release: %s", l)
 		}
 	}
+	cluster.WaitFor(t, 10*time.Second, "VMClaim default/vmid deleted after the release", func() (bool, string) {
+		out, err := c.Kubectl("get", "vmclaims", "-o", "name")
+		return err == nil && !strings.Contains(out, "vmid"), out
+	})
 }
 
 // waitVMLease waits until node's lease of VM vm is in state, and returns it.

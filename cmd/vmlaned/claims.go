@@ -1,0 +1,145 @@
+package main
+
+// VMClaims: the cluster-wide record of which VM holds which addresses and
+// where it runs (vmlane.io/v1alpha1, kind VMClaim, one per VM, named and
+// namespaced as the VM). A node's vmlaned publishes its VM leases as
+// claims (claims_linux.go runs it); this file is the pure part: what the
+// claims should say, given the node's leases and the claims as they are.
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/vmlane/vmlane/leases"
+)
+
+// claimStatus is a VMClaim's status, as vmlaned writes it.
+type claimStatus struct {
+	// IPv4 and IPv6 are the VM's addresses with the prefix length of the
+	// pod subnet they belong to ("10.244.1.5/24"), as IPAMClaim's
+	// status.ips spells them; IPv6 is empty on an IPv4-only node.
+	IPv4 string `json:"ipv4"`
+	IPv6 string `json:"ipv6,omitempty"`
+	MAC  string `json:"mac"`
+	// Node is where the VM's addresses are held: the node its pod runs
+	// on, or the node its last pod ran on. Pod is "NAMESPACE/NAME" of the
+	// VM's pod there, empty while none is (HeldUntil says until when).
+	Node      string `json:"node"`
+	Pod       string `json:"pod,omitempty"`
+	HeldUntil string `json:"heldUntil,omitempty"`
+}
+
+// claim is a VMClaim as the publisher sees it: its identity, status and
+// the resourceVersion an update or delete is made against.
+type claim struct {
+	VM              string // NAMESPACE/NAME
+	Status          claimStatus
+	ResourceVersion string
+}
+
+// claimAction is one API call the publisher makes.
+type claimAction struct {
+	Op     string // "create", "update" or "delete"
+	VM     string
+	Status claimStatus
+	// ResourceVersion makes update and delete conditional on the claim
+	// being as it was read.
+	ResourceVersion string
+}
+
+func (a claimAction) String() string {
+	if a.Op == "delete" {
+		return a.Op + " " + a.VM
+	}
+	return fmt.Sprintf("%s %s %s %s %s node=%s pod=%s held=%s", a.Op, a.VM, a.Status.IPv4, a.Status.IPv6, a.Status.MAC, a.Status.Node, a.Status.Pod, a.Status.HeldUntil)
+}
+
+// claimConflict is a VM whose lease on this node and claim disagree on its
+// addresses: two nodes allocated for a new VM at once, or a claim someone
+// edited. The claim stays as it is.
+type claimConflict struct {
+	VM           string
+	Lease, Claim claimStatus
+}
+
+func (c claimConflict) String() string {
+	return fmt.Sprintf("VM %s: this node's lease holds %s %s %s, its VMClaim says %s %s %s (node %s)",
+		c.VM, c.Lease.IPv4, c.Lease.IPv6, c.Lease.MAC, c.Claim.IPv4, c.Claim.IPv6, c.Claim.MAC, c.Claim.Node)
+}
+
+// leaseClaims is what this node's VM leases say the claims are.
+func leaseClaims(f *leases.File, node string) map[string]claimStatus {
+	out := map[string]claimStatus{}
+	for _, l := range f.Leases {
+		if l.VMName == "" || !l.Known() {
+			continue
+		}
+		st := claimStatus{IPv4: netip.PrefixFrom(l.IP, f.Subnet.Bits()).String(), MAC: l.MAC, Node: node}
+		if l.IP6.IsValid() && f.Subnet6.IsValid() {
+			st.IPv6 = netip.PrefixFrom(l.IP6, f.Subnet6.Bits()).String()
+		}
+		if l.State == leases.StateHeld {
+			st.HeldUntil = l.Expires.UTC().Format(time.RFC3339)
+		} else {
+			st.Pod = l.Pod.Namespace + "/" + l.Pod.Name
+		}
+		out[l.VMName] = st
+	}
+	return out
+}
+
+// planClaims is the pure step from this node's leases (leaseClaims) and the
+// claims as the API has them to the calls that bring them in line:
+//   - a VM with a lease here and no claim: create it;
+//   - a VM attached here whose claim names another node or pod, or says
+//     it is held: the VM is here now (update);
+//   - a VM held here whose claim still says it is attached here, or names
+//     another hold time: update; one whose claim names another node is
+//     that node's (the VM moved on; this node's held lease only keeps the
+//     address from being handed out here);
+//   - a claim of this node whose VM has no lease here any more (its hold
+//     time ended, or vmlanectl claims release): delete it;
+//   - a lease and claim that disagree on the addresses: a conflict,
+//     reported, and the claim left as it is.
+func planClaims(want map[string]claimStatus, have []claim, node string) ([]claimAction, []claimConflict) {
+	byVM := make(map[string]claim, len(have))
+	for _, c := range have {
+		byVM[c.VM] = c
+	}
+	var acts []claimAction
+	var conflicts []claimConflict
+	vms := make([]string, 0, len(want))
+	for vm := range want {
+		vms = append(vms, vm)
+	}
+	slices.Sort(vms)
+	for _, vm := range vms {
+		w := want[vm]
+		c, ok := byVM[vm]
+		switch {
+		case !ok:
+			acts = append(acts, claimAction{Op: "create", VM: vm, Status: w})
+		case c.Status.IPv4 != w.IPv4 || c.Status.MAC != w.MAC || (c.Status.IPv6 != w.IPv6 && c.Status.IPv6 != "" && w.IPv6 != ""):
+			conflicts = append(conflicts, claimConflict{VM: vm, Lease: w, Claim: c.Status})
+		case w.Pod != "" && c.Status != w:
+			acts = append(acts, claimAction{Op: "update", VM: vm, Status: w, ResourceVersion: c.ResourceVersion})
+		case w.Pod == "" && c.Status.Node == node && c.Status != w:
+			acts = append(acts, claimAction{Op: "update", VM: vm, Status: w, ResourceVersion: c.ResourceVersion})
+		}
+	}
+	for _, c := range have {
+		if _, ok := want[c.VM]; !ok && c.Status.Node == node {
+			acts = append(acts, claimAction{Op: "delete", VM: c.VM, ResourceVersion: c.ResourceVersion})
+		}
+	}
+	return acts, conflicts
+}
+
+// splitVM splits "NAMESPACE/NAME".
+func splitVM(vm string) (ns, name string) {
+	ns, name, _ = strings.Cut(vm, "/")
+	return ns, name
+}

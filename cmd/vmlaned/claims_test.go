@@ -1,0 +1,75 @@
+package main
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/vmlane/vmlane/leases"
+)
+
+func TestLeaseClaims(t *testing.T) {
+	until := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	f := &leases.File{
+		Subnet: netip.MustParsePrefix("10.244.1.0/24"), Subnet6: netip.MustParsePrefix("fd00:10:244:1::/64"),
+		Leases: []leases.Lease{
+			{IP: netip.MustParseAddr("10.244.1.2"), MAC: "02:76:0a:f4:01:02", State: leases.StateReserved, Source: leases.SourceCNI}, // a plain pod
+			{IP: netip.MustParseAddr("10.244.1.5"), IP6: netip.MustParseAddr("fd00:10:244:1::5"), MAC: "02:76:0a:f4:01:05", State: leases.StateBound, Source: leases.SourceCNI,
+				VMName: "default/web", Pod: leases.Pod{Namespace: "default", Name: "virt-launcher-web-x"}},
+			{IP: netip.MustParseAddr("10.244.1.6"), MAC: "02:76:0a:f4:01:06", State: leases.StateHeld, Source: leases.SourceCNI, VMName: "prod/db", Expires: until},
+			{IP: netip.MustParseAddr("10.244.1.7"), MAC: "02:76:0a:f4:01:07", State: "migrating", Source: leases.SourceCNI, VMName: "prod/newer"},
+		},
+	}
+	want := map[string]claimStatus{
+		"default/web": {IPv4: "10.244.1.5/24", IPv6: "fd00:10:244:1::5/64", MAC: "02:76:0a:f4:01:05", Node: "node-a", Pod: "default/virt-launcher-web-x"},
+		"prod/db":     {IPv4: "10.244.1.6/24", MAC: "02:76:0a:f4:01:06", Node: "node-a", HeldUntil: "2026-11-27T10:00:00Z"},
+	}
+	if diff := cmp.Diff(want, leaseClaims(f, "node-a")); diff != "" {
+		t.Errorf("leaseClaims (-want +got):\n%s", diff)
+	}
+}
+
+func TestPlanClaims(t *testing.T) {
+	web := claimStatus{IPv4: "10.244.1.5/24", MAC: "02:76:0a:f4:01:05", Node: "node-a", Pod: "default/web-1"}
+	webHeld := claimStatus{IPv4: "10.244.1.5/24", MAC: "02:76:0a:f4:01:05", Node: "node-a", HeldUntil: "2026-11-27T10:00:00Z"}
+	webOnB := claimStatus{IPv4: "10.244.1.5/24", MAC: "02:76:0a:f4:01:05", Node: "node-b", Pod: "default/web-2"}
+	other := claimStatus{IPv4: "10.244.1.9/24", MAC: "02:76:0a:f4:01:09", Node: "node-a", Pod: "default/web-1"}
+	for _, tc := range []struct {
+		name     string
+		want     map[string]claimStatus
+		have     []claim
+		acts     []string
+		conflict bool
+	}{
+		{name: "new VM", want: map[string]claimStatus{"default/web": web},
+			acts: []string{"create default/web 10.244.1.5/24  02:76:0a:f4:01:05 node=node-a pod=default/web-1 held="}},
+		{name: "in step", want: map[string]claimStatus{"default/web": web}, have: []claim{{VM: "default/web", Status: web, ResourceVersion: "7"}}},
+		{name: "pod went", want: map[string]claimStatus{"default/web": webHeld}, have: []claim{{VM: "default/web", Status: web, ResourceVersion: "7"}},
+			acts: []string{"update default/web 10.244.1.5/24  02:76:0a:f4:01:05 node=node-a pod= held=2026-11-27T10:00:00Z"}},
+		{name: "came here from node-b", want: map[string]claimStatus{"default/web": web}, have: []claim{{VM: "default/web", Status: webOnB, ResourceVersion: "7"}},
+			acts: []string{"update default/web 10.244.1.5/24  02:76:0a:f4:01:05 node=node-a pod=default/web-1 held="}},
+		{name: "held here, running on node-b", want: map[string]claimStatus{"default/web": webHeld}, have: []claim{{VM: "default/web", Status: webOnB, ResourceVersion: "7"}}},
+		{name: "hold time over", have: []claim{{VM: "default/web", Status: webHeld, ResourceVersion: "7"}}, acts: []string{"delete default/web"}},
+		{name: "another node's claim", have: []claim{{VM: "default/web", Status: webOnB, ResourceVersion: "7"}}},
+		{name: "addresses disagree", want: map[string]claimStatus{"default/web": other}, have: []claim{{VM: "default/web", Status: web, ResourceVersion: "7"}}, conflict: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			acts, conflicts := planClaims(tc.want, tc.have, "node-a")
+			var got []string
+			for _, a := range acts {
+				got = append(got, a.String())
+				if a.Op != "create" && a.ResourceVersion != "7" {
+					t.Errorf("%s without the resourceVersion it read", a)
+				}
+			}
+			if diff := cmp.Diff(tc.acts, got); diff != "" {
+				t.Errorf("actions (-want +got):\n%s", diff)
+			}
+			if (len(conflicts) > 0) != tc.conflict {
+				t.Errorf("conflicts %v, want %v", conflicts, tc.conflict)
+			}
+		})
+	}
+}
