@@ -128,7 +128,7 @@ type Lease struct {
 	Home     netip.Prefix `json:"home,omitzero"`
 	Home6    netip.Prefix `json:"home6,omitzero"`
 	Pod      Pod          `json:"pod,omitzero"`
-	Hostname string `json:"hostname,omitempty"`
+	Hostname string       `json:"hostname,omitempty"`
 	// Created is zero only for leases read from bootpd's file.
 	Created time.Time `json:"created,omitzero"`
 	// Expires is zero for a CNI reservation that no DHCP client has bound:

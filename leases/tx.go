@@ -63,8 +63,8 @@ type ReserveRequest struct {
 	// them, outside the store's subnets. Used only when the VM has no
 	// lease here to take over.
 	Home, Home6 netip.Prefix
-	Pod      Pod
-	Hostname string
+	Pod         Pod
+	Hostname    string
 	// Expires is zero for a reservation held until released (CNI). A DHCP
 	// offer sets it to the offer's lifetime.
 	Expires time.Time

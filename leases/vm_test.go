@@ -234,8 +234,10 @@ func TestVMMoveIn(t *testing.T) {
 	}
 	// Bad claims.
 	for name, edit := range map[string]func(*ReserveRequest){
-		"ip outside home":   func(r *ReserveRequest) { r.IP = netip.MustParseAddr("10.9.0.5") },
-		"home is this node": func(r *ReserveRequest) { r.Home, r.IP = netip.MustParsePrefix("10.1.1.0/24"), netip.MustParseAddr("10.1.1.9") },
+		"ip outside home": func(r *ReserveRequest) { r.IP = netip.MustParseAddr("10.9.0.5") },
+		"home is this node": func(r *ReserveRequest) {
+			r.Home, r.IP = netip.MustParsePrefix("10.1.1.0/24"), netip.MustParseAddr("10.1.1.9")
+		},
 		"ip6 without home6": func(r *ReserveRequest) { r.Home6 = netip.Prefix{} },
 		"held ip":           func(r *ReserveRequest) { r.VMName = "default/vm2" },
 	} {

@@ -39,8 +39,8 @@ type fakeDataplane struct {
 	// hostRoutes are RouteHost's routes: destination to bridge.
 	hostRoutes map[netip.Prefix]string
 	calls      []string
-	counts      map[string]int
-	faults      map[string]*fakeFault
+	counts     map[string]int
+	faults     map[string]*fakeFault
 }
 
 // fakeLinkKey names a link: netns "" is the host's.
