@@ -258,7 +258,7 @@ func (h *Handler) request(req *dhcpv4.DHCPv4) (*dhcpv4.DHCPv4, error) {
 			// this client, then it MUST remain silent".
 			return h.dropped(DropNoRecord, req, "INIT-REBOOT from a client without a lease")
 		}
-		if !h.cfg.Subnet.Contains(requested) {
+		if !h.cfg.Subnet.Contains(requested) && !l.Home.Contains(requested) {
 			return h.nak(req, NAKWrongNetwork)
 		}
 		if l.IP != requested {

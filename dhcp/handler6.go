@@ -379,13 +379,18 @@ func (h *Handler6) decline(req *dhcpv6.Message, mac net.HardwareAddr, l leases.L
 }
 
 // confirm says whether the addresses a client lists are on this link
-// (RFC 8415 §18.3.3): no addresses, no reply.
+// (RFC 8415 §18.3.3): no addresses, no reply. The address a VM brought
+// from another node (its lease's home6) is on this link too.
 func (h *Handler6) confirm(req *dhcpv6.Message, mac net.HardwareAddr) (*dhcpv6.Message, error) {
 	code, n := iana.StatusSuccess, 0
+	var own netip.Addr
+	if l, ok, err := h.alloc.Lookup(mac); err == nil && ok && l.Home6.IsValid() {
+		own = l.IP6
+	}
 	for _, ia := range req.Options.IANA() {
 		for _, a := range ia.Options.Addresses() {
 			n++
-			if ip, ok := netip.AddrFromSlice(a.IPv6Addr); !ok || !h.cfg.Subnet6.Contains(ip) {
+			if ip, ok := netip.AddrFromSlice(a.IPv6Addr); !ok || (!h.cfg.Subnet6.Contains(ip) && ip != own) {
 				code = iana.StatusNotOnLink
 			}
 		}

@@ -38,15 +38,25 @@ func (h *Handler) ack(req *dhcpv4.DHCPv4, mt dhcpv4.MessageType, l leases.Lease,
 
 // options is the option set of an OFFER or ACK. Every address is 4 bytes
 // (the dhcpv4 option types write To4()).
+//
+// A lease that moved in from another node's subnet (a VM with VM identity
+// whose pod came here) gets that subnet and its gateway, as at home: the
+// bridge answers ARP for the gateway and the neighbours it routes
+// elsewhere (proxy ARP), so the guest's view of its network is the same
+// on every node, before and after a live migration.
 func (h *Handler) options(l leases.Lease, withLease bool) []dhcpv4.Option {
 	c := &h.cfg
+	subnet, router := c.Subnet, c.Router
+	if l.Home.IsValid() && l.Home.Addr().Is4() {
+		subnet, router = l.Home, l.Home.Addr().Next()
+	}
 	opts := []dhcpv4.Option{
 		dhcpv4.OptServerIdentifier(ip4(c.ServerIP)),
-		dhcpv4.OptSubnetMask(net.CIDRMask(c.Subnet.Bits(), 32)),
-		dhcpv4.OptBroadcastAddress(ip4(netaddr.LastAddr(c.Subnet))),
+		dhcpv4.OptSubnetMask(net.CIDRMask(subnet.Bits(), 32)),
+		dhcpv4.OptBroadcastAddress(ip4(netaddr.LastAddr(subnet))),
 	}
-	if c.Router.IsValid() {
-		opts = append(opts, dhcpv4.OptRouter(ip4(c.Router)))
+	if router.IsValid() {
+		opts = append(opts, dhcpv4.OptRouter(ip4(router)))
 	}
 	if len(c.DNS) > 0 {
 		ips := make([]net.IP, len(c.DNS))
@@ -64,7 +74,7 @@ func (h *Handler) options(l leases.Lease, withLease bool) []dhcpv4.Option {
 	if c.MTU > 0 {
 		opts = append(opts, dhcpv4.OptGeneric(dhcpv4.OptionInterfaceMTU, binary.BigEndian.AppendUint16(nil, uint16(c.MTU))))
 	}
-	if routes := h.routes(); len(routes) > 0 {
+	if routes := h.routes(router); len(routes) > 0 {
 		opts = append(opts, dhcpv4.OptGeneric(dhcpv4.OptionClasslessStaticRoute, routes))
 	}
 	if l.IP.IsValid() {
@@ -89,7 +99,7 @@ func (h *Handler) options(l leases.Lease, withLease bool) []dhcpv4.Option {
 // that receives 121 ignores option 3, so the default route must be in 121
 // too, and clients that install routes in order then never briefly route
 // everything through the gateway before the specific routes exist.
-func (h *Handler) routes() []byte {
+func (h *Handler) routes(router netip.Addr) []byte {
 	var b []byte
 	add := func(dst netip.Prefix, via netip.Addr) {
 		dst = dst.Masked()
@@ -104,8 +114,8 @@ func (h *Handler) routes() []byte {
 			add(r.Dest, r.Via)
 		}
 	}
-	if h.cfg.Router.IsValid() {
-		add(netip.PrefixFrom(netip.IPv4Unspecified(), 0), h.cfg.Router)
+	if router.IsValid() {
+		add(netip.PrefixFrom(netip.IPv4Unspecified(), 0), router)
 	}
 	return b
 }

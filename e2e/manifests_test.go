@@ -33,7 +33,7 @@ func TestManifestsApply(t *testing.T) {
 // condition, a nodes/status patch). Here the API server is asked what that
 // token may do: nodes get/list/watch, nodes/status patch, events create
 // and patch (client-go's recorder patches a repeated Event), VMClaims
-// list, create, update and delete, nothing more.
+// list, watch, create, update and delete, nothing more.
 func TestRBACIsExactlyWhatVmlanedNeeds(t *testing.T) {
 	nodes, err := c.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
 	if err != nil {
@@ -66,13 +66,14 @@ func TestRBACIsExactlyWhatVmlanedNeeds(t *testing.T) {
 		{[]string{"get", "pods"}, "no"},
 		{[]string{"get", "secrets", "-A"}, "no"},
 		{[]string{"create", "serviceaccounts/token", "-n", "vmlane-system"}, "no"},
-		// VMClaims: listed, created, updated, deleted; never watched,
-		// got, or patched.
+		// VMClaims: listed, watched, created, updated, deleted; never
+		// got one by one, or patched.
 		{[]string{"list", "vmclaims.vmlane.io", "-A"}, "yes"},
 		{[]string{"create", "vmclaims.vmlane.io", "-n", "default"}, "yes"},
 		{[]string{"update", "vmclaims.vmlane.io", "-n", "default"}, "yes"},
 		{[]string{"delete", "vmclaims.vmlane.io", "-n", "default"}, "yes"},
-		{[]string{"watch", "vmclaims.vmlane.io", "-A"}, "no"},
+		{[]string{"watch", "vmclaims.vmlane.io", "-A"}, "yes"},
+		{[]string{"get", "vmclaims.vmlane.io", "-n", "default"}, "no"},
 		{[]string{"patch", "vmclaims.vmlane.io", "-n", "default"}, "no"},
 	} {
 		args := append([]string{"auth", "can-i"}, tc.args...)

@@ -197,3 +197,42 @@ func (tx *Tx) moveIn(req ReserveRequest) (Lease, error) {
 	f.Leases = append(f.Leases, l)
 	return l, nil
 }
+
+// HoldFor keeps a VM's addresses of this node's subnets (ip, and ip6 when
+// valid) and its MAC held for it while it runs on another node: a held
+// lease, made now or found, whose hold time starts again now. A lease of
+// the VM attached here is left as it is (its pod is here: the claim is
+// about to say so); addresses or a MAC another lease holds are ErrInUse.
+func (tx *Tx) HoldFor(vm string, ip, ip6 netip.Addr, mac string) error {
+	mac, err := NormalizeMAC(mac)
+	if err != nil {
+		return err
+	}
+	d := DefaultVMHold
+	if tx.s != nil {
+		d = tx.s.vmHold
+	}
+	until := normTime(tx.now.Add(d))
+	if i := slices.IndexFunc(tx.f.Leases, func(l Lease) bool { return l.VMName == vm }); i >= 0 {
+		l := &tx.f.Leases[i]
+		if l.State == StateHeld && l.IP == ip && until.After(l.Expires) {
+			tx.mustWrite()
+			l.Expires = until
+		}
+		return nil
+	}
+	if !tx.f.Subnet.Contains(ip) || (ip6.IsValid() && !tx.f.Subnet6.Contains(ip6)) {
+		return fmt.Errorf("VM %s's %s %s is not of this node's subnets", vm, ip, ip6)
+	}
+	for _, l := range tx.f.Leases {
+		switch {
+		case l.IP == ip, ip6.IsValid() && l.IP6 == ip6:
+			return fmt.Errorf("VM %s's address %s: %w by %s", vm, ip, ErrInUse, describe(l))
+		case l.MAC == mac && holdsMAC(l):
+			return fmt.Errorf("VM %s's MAC %s: %w by %s", vm, mac, ErrInUse, describe(l))
+		}
+	}
+	tx.mustWrite()
+	tx.f.Leases = append(tx.f.Leases, Lease{MAC: mac, IP: ip, IP6: ip6, State: StateHeld, Source: SourceCNI, VMName: vm, VM: true, Created: tx.now, Expires: until})
+	return nil
+}

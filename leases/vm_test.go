@@ -268,3 +268,40 @@ func TestVMMoveIn(t *testing.T) {
 		t.Errorf("the file stays version 2 after its last moved-in lease went:\n%s", data)
 	}
 }
+
+// The home node holds a VM's addresses of its subnet while the VM runs on
+// another node: a held lease, its hold time renewed by each HoldFor.
+func TestVMHoldFor(t *testing.T) {
+	s, c := newStore6(t, "10.1.0.0/24", "fd00:1::/64")
+	ip, ip6, mac := netip.MustParseAddr("10.1.0.5"), netip.MustParseAddr("fd00:1::5"), "02:76:0a:01:00:05"
+	hold := func() error {
+		return s.Update(func(tx *Tx) error { return tx.HoldFor("default/vm1", ip, ip6, mac) })
+	}
+	if err := hold(); err != nil {
+		t.Fatal(err)
+	}
+	c.advance(time.Hour)
+	if err := hold(); err != nil {
+		t.Fatal(err)
+	}
+	ls, _ := s.List()
+	if len(ls) != 1 || ls[0].State != StateHeld || ls[0].IP6 != ip6 || !ls[0].Expires.Equal(t0.Add(time.Hour+DefaultVMHold)) {
+		t.Fatalf("held: %+v", ls)
+	}
+	// The VM's pod coming back takes it over.
+	back := mustReserve(t, s, vmReq("a", "default/vm1"))
+	if back.IP != ip || back.MAC != mac {
+		t.Fatalf("back home: %+v", back)
+	}
+	// An address another lease holds is refused.
+	err := s.Update(func(tx *Tx) error { return tx.HoldFor("default/vm2", ip, netip.Addr{}, "02:76:0a:01:00:07") })
+	if !errors.Is(err, ErrInUse) {
+		t.Errorf("HoldFor of a held address = %v, want ErrInUse", err)
+	}
+	err = s.Update(func(tx *Tx) error {
+		return tx.HoldFor("default/vm3", netip.MustParseAddr("10.2.0.5"), netip.Addr{}, "02:76:0a:02:00:05")
+	})
+	if err == nil {
+		t.Error("HoldFor of another subnet's address succeeded")
+	}
+}

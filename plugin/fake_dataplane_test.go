@@ -104,6 +104,16 @@ func (f *fakeDataplane) EnableForwarding() error {
 	return after
 }
 
+func (f *fakeDataplane) EnableProxy(bridge string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	before, after := f.enterLocked("EnableProxy", bridge)
+	if before != nil {
+		return before
+	}
+	return after
+}
+
 func (f *fakeDataplane) SetupVeth(netns, podIf, hostIf, bridge string, mtu int, podMAC string, quiet bool) (Link, Link, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

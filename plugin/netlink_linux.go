@@ -70,6 +70,10 @@ func (netlinkDataplane) EnableForwarding6() error {
 	return err
 }
 
+func (netlinkDataplane) EnableProxy(bridgeName string) error {
+	return sysctl.Ensure(sysctl.Proc{}, sysctl.BridgeProxy(bridgeName))
+}
+
 // EnableForwarding sets net.ipv4.ip_forward in the netns the plugin runs
 // in (the host's), writing only when it is off.
 func (netlinkDataplane) EnableForwarding() error {

@@ -21,6 +21,7 @@ func (unsupported) DefaultMTU() int          { return 0 }
 func (unsupported) CheckNetns(string) error  { return errUnsupported }
 func (unsupported) EnableForwarding() error  { return errUnsupported }
 func (unsupported) EnableForwarding6() error { return errUnsupported }
+func (unsupported) EnableProxy(string) error { return errUnsupported }
 func (unsupported) EnsureBridgeAddr(string, netip.Prefix) error {
 	return errUnsupported
 }

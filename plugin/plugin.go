@@ -41,6 +41,9 @@ type dataplane interface {
 	EnableForwarding() error
 	// EnableForwarding6 turns on IPv6 forwarding in the host netns.
 	EnableForwarding6() error
+	// EnableProxy makes the node answer ARP and NDP on the bridge for the
+	// addresses it routes elsewhere (sysctl.BridgeProxy).
+	EnableProxy(bridge string) error
 	// SetupVeth creates the veth pair: hostIf on bridge in this netns,
 	// podIf in netns, both up with mtu. podMAC, if set, is the pod end's
 	// MAC. quiet keeps the pod end from sending anything of its own (no
@@ -156,6 +159,10 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		}
 		if err := p.dp.EnableForwarding(); err != nil {
 			return fmt.Errorf("enabling IPv4 forwarding: %w", err)
+		}
+		if err := p.dp.EnableProxy(c.Bridge); err != nil {
+			// Only VMs that moved between nodes need it.
+			log.Warn("proxy ARP and NDP on the bridge: VMs that move between nodes lose their home subnet", "err", err)
 		}
 		if c.DualStack() {
 			gw6 := netip.PrefixFrom(c.Gateway6Addr, c.Subnet6Prefix.Bits())

@@ -62,6 +62,7 @@ type Controller struct {
 	mu       sync.Mutex
 	reported map[string]bool // node/reason pairs already logged and evented
 	gateways []Route         // the Service gateways last logged
+	vms      []VM            // SetVMs's
 
 	lastOK atomic.Int64 // unix nanos of the last successful reconcile
 
@@ -217,7 +218,7 @@ func (c *Controller) nodes() []Node {
 
 func (c *Controller) desired() Desired {
 	start := time.Now()
-	d := Compute(c.nodes(), Policy{Self: c.opts.NodeName, VMNodesOnly: c.opts.VMNodesOnly, Services: c.opts.Services, RouteServices: c.opts.RouteServices})
+	d := Compute(c.nodes(), Policy{Self: c.opts.NodeName, VMNodesOnly: c.opts.VMNodesOnly, Services: c.opts.Services, RouteServices: c.opts.RouteServices, VMs: c.vmList()})
 	for _, s := range d.Skips {
 		if s.NoPodCIDRs {
 			if time.Since(s.Created) < noPodCIDRsGrace {

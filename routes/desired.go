@@ -50,6 +50,9 @@ type Policy struct {
 	// DNAT, so that replies come back through this node).
 	Services      []netip.Prefix
 	RouteServices bool
+	// VMs are the VMs with VM identity (VMClaims): those away from their
+	// addresses' home subnets get a host route each (vmRoutes).
+	VMs []VM
 }
 
 // Route is a route vmlane wants in the kernel: Dst via Via, for Node.
@@ -206,6 +209,8 @@ func Compute(nodes []Node, p Policy) Desired {
 			d.Gateways = append(d.Gateways, r)
 		}
 	}
+	vr, vs := vmRoutes(nodes, p.VMs, p.Self)
+	d.Routes, d.Skips = append(d.Routes, vr...), append(d.Skips, vs...)
 	slices.SortFunc(d.Routes, func(a, b Route) int { return comparePrefix(a.Dst, b.Dst) })
 	slices.SortFunc(d.Skips, func(a, b Skip) int {
 		if a.Node != b.Node {

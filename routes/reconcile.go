@@ -118,7 +118,9 @@ func Reconcile(t routeTable, want []Route, proto int) (Outcome, error) {
 			continue
 		}
 		for _, f := range wide {
-			if f.Dst.Overlaps(r.Dst) {
+			// A VM's host route is meant to win over the subnet that
+			// holds it (its home node's bridge subnet, there).
+			if r.Dst.Bits() < r.Dst.Addr().BitLen() && f.Dst.Overlaps(r.Dst) {
 				out.Overlaps = append(out.Overlaps, Overlap{Route: r, Other: f})
 			}
 		}

@@ -180,7 +180,7 @@ func TestListJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b }), cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
 		t.Errorf("leases (-want +got):\n%s", diff)
 	}
 	if !strings.HasPrefix(r.stdout, "[\n  {\n    \"mac\": ") {
@@ -426,7 +426,7 @@ func TestWaitBound(t *testing.T) {
 // fixture and the late reservation fill differently.
 func compactDiff(want, got leases.Lease) string {
 	got.Source, got.ContainerID, got.IfName, got.Pod, got.Created = "", "", "", leases.Pod{}, time.Time{}
-	return cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b }))
+	return cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b }), cmp.Comparer(func(a, b netip.Prefix) bool { return a == b }))
 }
 
 // TestNewerVmlanesLeases: a file in which a newer vmlane wrote a state and

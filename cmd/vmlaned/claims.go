@@ -143,3 +143,35 @@ func splitVM(vm string) (ns, name string) {
 	ns, name, _ = strings.Cut(vm, "/")
 	return ns, name
 }
+
+// checkClaim says what makes a claim unusable: an address that does not
+// parse or lies outside the pod network (cluster, the cluster CIDRs or
+// every node's pod subnets), or a MAC that does not parse. Such a claim is
+// neither routed nor copied for the plugin; nothing holds its addresses
+// for it.
+func checkClaim(c claim, cluster []netip.Prefix) (v4, v6 netip.Prefix, err error) {
+	inCluster := func(a netip.Addr) bool {
+		return slices.ContainsFunc(cluster, func(p netip.Prefix) bool { return p.Contains(a) })
+	}
+	if v4, err = netip.ParsePrefix(c.Status.IPv4); err != nil || !v4.Addr().Is4() {
+		return v4, v6, fmt.Errorf("VMClaim %s: status.ipv4 %q is not an IPv4 address with its prefix length", c.VM, c.Status.IPv4)
+	}
+	if !inCluster(v4.Addr()) {
+		return v4, v6, fmt.Errorf("VMClaim %s: status.ipv4 %q is outside the cluster's pod network %v", c.VM, c.Status.IPv4, cluster)
+	}
+	if c.Status.IPv6 != "" {
+		if v6, err = netip.ParsePrefix(c.Status.IPv6); err != nil || !v6.Addr().Is6() {
+			return v4, v6, fmt.Errorf("VMClaim %s: status.ipv6 %q is not an IPv6 address with its prefix length", c.VM, c.Status.IPv6)
+		}
+		if !inCluster(v6.Addr()) {
+			return v4, v6, fmt.Errorf("VMClaim %s: status.ipv6 %q is outside the cluster's pod network %v", c.VM, c.Status.IPv6, cluster)
+		}
+	}
+	if _, err := leases.NormalizeMAC(c.Status.MAC); err != nil {
+		return v4, v6, fmt.Errorf("VMClaim %s: status.mac %q is not a MAC address", c.VM, c.Status.MAC)
+	}
+	if c.Status.Node == "" {
+		return v4, v6, fmt.Errorf("VMClaim %s: status.node is empty", c.VM)
+	}
+	return v4, v6, nil
+}

@@ -1,20 +1,31 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
+	"path/filepath"
+	"slices"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
 
+	"github.com/vmlane/vmlane/internal/atomicfile"
 	"github.com/vmlane/vmlane/leases"
+	"github.com/vmlane/vmlane/plugin"
+	"github.com/vmlane/vmlane/routes"
 )
 
 // vmClaimGVR is the VMClaim resource (manifests/base/vmclaims.yaml).
@@ -25,95 +36,282 @@ var vmClaimGVR = schema.GroupVersionResource{Group: "vmlane.io", Version: "v1alp
 // API well within 2 s of the ADD that made its lease.
 const claimsPoll = 200 * time.Millisecond
 
-// claimsResync is how often the publisher lists the claims of the cluster
-// even when its lease file did not change: a claim deleted or edited by
-// hand comes back as the leases say.
+// claimsResync is how often a pass runs when nothing changed: a claim
+// deleted or edited by hand comes back as the leases say, and a VM's
+// addresses held here for it while it runs elsewhere get their hold time
+// renewed.
 const claimsResync = 30 * time.Second
 
-// runClaims publishes this node's VM leases as VMClaims until ctx ends.
-// Without the VMClaim CRD (manifests older than vmlane's VM identity) it
-// says so once and keeps VM identity node-local, trying again now and then.
-func runClaims(ctx context.Context, dyn dynamic.Interface, leaseFile, node string, log *slog.Logger) {
+// claimsSync keeps the node's VM leases and the cluster's VMClaims in step
+// (claims.go says how), and applies the claims to the node: the copy the
+// CNI plugin reads (plugin.ClaimsFileName), the route controller's VM host
+// routes, the addresses this node's subnets lend to VMs running elsewhere
+// (held here so nothing else gets them) and the NDP proxy entries that let
+// this node's pods reach those VMs by IPv6.
+type claimsSync struct {
+	c      *config
+	api    dynamic.NamespaceableResourceInterface
+	claims cache.Store
+	store  *leases.Store
+	ctrl   *routes.Controller
+	log    *slog.Logger
+	// warned remembers the last problem said of each claim, so a claim
+	// that stays bad is logged once.
+	warned map[string]string
+	mirror []byte
+}
+
+// runClaims runs claimsSync until ctx ends. Without the VMClaim CRD
+// (manifests older than VM identity) it says so once and VM identity stays
+// node-local; it looks again every resync.
+func runClaims(ctx context.Context, dyn dynamic.Interface, c *config, subnet netip.Prefix, ctrl *routes.Controller, log *slog.Logger) {
 	log = log.With("component", "claims")
+	opts := []leases.Option{leases.WithNode(c.NodeName), leases.WithVMHold(c.VMHoldTime)}
+	if s6 := c.PodCIDR6; s6.IsValid() {
+		opts = append(opts, leases.WithSubnet6(s6, s6.Addr().Next()))
+	}
+	store, err := leases.Open(c.LeaseFile, subnet, subnet.Addr().Next(), opts...)
+	if err != nil {
+		log.Error("lease store: VMs keep their addresses on this node only", "err", err)
+		return
+	}
 	api := dyn.Resource(vmClaimGVR)
+	for warned := false; ; {
+		_, err := api.List(ctx, metav1.ListOptions{Limit: 1})
+		if err == nil {
+			break
+		}
+		if !warned {
+			if apierrors.IsNotFound(err) {
+				log.Warn("the VMClaim CRD (vmclaims.vmlane.io) is not installed: VMs keep their addresses on this node only; apply vmlane's manifests to make them cluster-wide")
+			} else {
+				log.Warn("listing VMClaims", "err", err)
+			}
+			warned = true
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(claimsResync):
+		}
+	}
+	kick := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	inf := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0).ForResource(vmClaimGVR).Informer()
+	inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { poke() }, UpdateFunc: func(any, any) { poke() }, DeleteFunc: func(any) { poke() },
+	})
+	go inf.Run(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return
+	}
+	s := &claimsSync{c: c, api: api, claims: inf.GetStore(), store: store, ctrl: ctrl, log: log, warned: map[string]string{}}
+	poll := time.NewTicker(claimsPoll)
+	defer poll.Stop()
 	var lastStat os.FileInfo
-	var lastSync time.Time
-	missing := false
-	t := time.NewTicker(claimsPoll)
-	defer t.Stop()
+	var lastPass time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
-		}
-		st, err := os.Stat(leaseFile)
-		if errors.Is(err, os.ErrNotExist) {
-			continue // no lease yet
-		}
-		if err != nil {
-			log.Warn("lease file", "err", err)
-			continue
-		}
-		if lastStat != nil && os.SameFile(st, lastStat) && st.ModTime().Equal(lastStat.ModTime()) && st.Size() == lastStat.Size() &&
-			time.Since(lastSync) < claimsResync {
-			continue
-		}
-		snap, err := leases.Read(leaseFile)
-		if err != nil {
-			log.Warn("reading the lease file", "err", err)
-			continue
-		}
-		want := leaseClaims(&snap.File, node)
-		have, err := listClaims(ctx, api)
-		if apierrors.IsNotFound(err) {
-			if !missing {
-				log.Warn("the VMClaim CRD (vmclaims.vmlane.io) is not installed: VMs keep their addresses on this node only; apply vmlane's manifests to make them cluster-wide")
-				missing = true
-			}
-			lastStat, lastSync = st, time.Now().Add(-claimsResync+5*time.Second)
-			continue
-		}
-		if err != nil {
-			log.Warn("listing VMClaims", "err", err)
-			continue
-		}
-		missing = false
-		acts, conflicts := planClaims(want, have, node)
-		for _, c := range conflicts {
-			log.Warn("VM lease and VMClaim disagree; the claim is kept", "conflict", c.String())
-		}
-		ok := true
-		for _, a := range acts {
-			if err := applyClaim(ctx, api, a); err != nil {
-				ok = false
-				log.Warn("VMClaim", "action", a.String(), "err", err)
+		case <-kick:
+		case <-poll.C:
+			st, err := os.Stat(c.LeaseFile)
+			if err == nil && lastStat != nil && os.SameFile(st, lastStat) && st.ModTime().Equal(lastStat.ModTime()) &&
+				st.Size() == lastStat.Size() && time.Since(lastPass) < claimsResync {
 				continue
 			}
-			log.Info("VMClaim", "action", a.String())
+			lastStat = st
 		}
-		if ok {
-			lastStat, lastSync = st, time.Now()
-		}
+		lastPass = time.Now()
+		s.pass(ctx)
 	}
 }
 
-// listClaims reads every VMClaim of the cluster.
-func listClaims(ctx context.Context, api dynamic.NamespaceableResourceInterface) ([]claim, error) {
-	list, err := api.List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, err
+// pass is one round: publish, then apply.
+func (s *claimsSync) pass(ctx context.Context) {
+	snap, err := leases.Read(s.c.LeaseFile)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		s.log.Warn("reading the lease file", "err", err)
+		return
 	}
-	out := make([]claim, 0, len(list.Items))
-	for _, it := range list.Items {
-		c := claim{VM: it.GetNamespace() + "/" + it.GetName(), ResourceVersion: it.GetResourceVersion()}
-		if raw, ok := it.Object["status"]; ok {
+	want := map[string]claimStatus{}
+	if snap != nil {
+		want = leaseClaims(&snap.File, s.c.NodeName)
+	}
+	have := s.list()
+	acts, conflicts := planClaims(want, have, s.c.NodeName)
+	for _, c := range conflicts {
+		s.warnOnce(c.VM, "VM lease and VMClaim disagree; the claim is kept: "+c.String())
+	}
+	for _, a := range acts {
+		if err := applyClaim(ctx, s.api, a); err != nil {
+			s.log.Warn("VMClaim", "action", a.String(), "err", err)
+			continue
+		}
+		s.log.Info("VMClaim", "action", a.String())
+	}
+
+	cluster := s.c.ClusterCIDRs
+	if len(cluster) == 0 {
+		cluster = s.ctrl.PodCIDRs()
+	}
+	var mirror plugin.ClaimsFile
+	mirror.Version = 1
+	var vms []routes.VM
+	var lent []claim
+	var lent4, lent6 []netip.Prefix
+	for _, c := range have {
+		v4, v6, err := checkClaim(c, cluster)
+		if err != nil {
+			s.warnOnce(c.VM, err.Error())
+			continue
+		}
+		delete(s.warned, c.VM)
+		mirror.Claims = append(mirror.Claims, plugin.NodeClaim{VM: c.VM, IPv4: v4, IPv6: v6, MAC: c.Status.MAC, Node: c.Status.Node})
+		vm := routes.VM{Name: c.VM, Node: c.Status.Node, Addrs: []netip.Addr{v4.Addr()}}
+		if v6.IsValid() {
+			vm.Addrs = append(vm.Addrs, v6.Addr())
+		}
+		vms = append(vms, vm)
+		if c.Status.Node != s.c.NodeName && s.store.Subnet().Contains(v4.Addr()) {
+			lent = append(lent, c)
+			lent4 = append(lent4, v4)
+			lent6 = append(lent6, v6)
+		}
+	}
+	s.writeMirror(mirror)
+	s.ctrl.SetVMs(vms)
+	s.holdLent(lent, lent4, lent6)
+	s.proxyLent(lent6)
+}
+
+// list is every VMClaim in the informer's cache.
+func (s *claimsSync) list() []claim {
+	objs := s.claims.List()
+	out := make([]claim, 0, len(objs))
+	for _, o := range objs {
+		u, ok := o.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		c := claim{VM: u.GetNamespace() + "/" + u.GetName(), ResourceVersion: u.GetResourceVersion()}
+		if raw, ok := u.Object["status"]; ok {
 			b, _ := json.Marshal(raw)
 			_ = json.Unmarshal(b, &c.Status)
 		}
 		out = append(out, c)
 	}
-	return out, nil
+	slices.SortFunc(out, func(a, b claim) int {
+		switch {
+		case a.VM < b.VM:
+			return -1
+		case a.VM > b.VM:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+func (s *claimsSync) warnOnce(vm, msg string) {
+	if s.warned[vm] == msg {
+		return
+	}
+	s.warned[vm] = msg
+	s.log.Warn(msg)
+}
+
+// writeMirror writes the plugin's copy of the claims when it changed.
+func (s *claimsSync) writeMirror(f plugin.ClaimsFile) {
+	data, err := json.Marshal(f)
+	if err != nil || bytes.Equal(data, s.mirror) {
+		return
+	}
+	path := filepath.Join(filepath.Dir(s.c.LeaseFile), plugin.ClaimsFileName)
+	if err := atomicfile.WriteFile(path, append(data, '\n'), 0o644); err != nil {
+		s.log.Warn("writing the node's copy of the VM claims", "file", path, "err", err)
+		return
+	}
+	s.mirror = data
+}
+
+// holdLent keeps the addresses of this node's subnets that VMs running
+// elsewhere hold out of use here: a held lease each, renewed every pass
+// (the store's hold time from now), so a VM that stays away keeps them
+// and one whose claim goes gives them back after the hold time.
+func (s *claimsSync) holdLent(lent []claim, v4, v6 []netip.Prefix) {
+	if len(lent) == 0 {
+		return
+	}
+	err := s.store.Update(func(tx *leases.Tx) error {
+		for i, c := range lent {
+			var ip6 netip.Addr
+			if v6[i].IsValid() && s.store.Subnet6().Contains(v6[i].Addr()) {
+				ip6 = v6[i].Addr()
+			}
+			if err := tx.HoldFor(c.VM, v4[i].Addr(), ip6, c.Status.MAC); err != nil {
+				s.warnOnce(c.VM, fmt.Sprintf("holding VM %s's addresses of this node's subnet while it runs on %s: %v", c.VM, c.Status.Node, err))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		s.log.Warn("holding the addresses of VMs running elsewhere", "err", err)
+	}
+}
+
+// proxyLent keeps one NDP proxy entry on the bridge for each IPv6 address of
+// this node's subnet6 that a VM running elsewhere holds, and none for any
+// other address of subnet6: this node's pods take it for on-link and ask
+// for it by neighbour solicitation, and the node answers and routes it.
+// (IPv4 needs no entries: proxy ARP answers for every address the node
+// routes off the bridge.)
+func (s *claimsSync) proxyLent(v6 []netip.Prefix) {
+	sub6 := s.store.Subnet6()
+	if !sub6.IsValid() {
+		return
+	}
+	br, err := netlink.LinkByName(s.c.Bridge)
+	if err != nil {
+		s.log.Warn("NDP proxy entries", "bridge", s.c.Bridge, "err", err)
+		return
+	}
+	want := map[netip.Addr]bool{}
+	for _, p := range v6 {
+		if p.IsValid() && sub6.Contains(p.Addr()) {
+			want[p.Addr()] = true
+		}
+	}
+	have, err := netlink.NeighProxyList(br.Attrs().Index, netlink.FAMILY_V6)
+	if err != nil {
+		s.log.Warn("listing NDP proxy entries", "err", err)
+		return
+	}
+	for _, n := range have {
+		a, ok := netip.AddrFromSlice(n.IP)
+		if !ok || !sub6.Contains(a) {
+			continue
+		}
+		if want[a] {
+			delete(want, a)
+			continue
+		}
+		if err := netlink.NeighDel(&n); err != nil {
+			s.log.Warn("removing NDP proxy entry", "addr", a, "err", err)
+		}
+	}
+	for a := range want {
+		n := &netlink.Neigh{LinkIndex: br.Attrs().Index, Family: netlink.FAMILY_V6, Flags: netlink.NTF_PROXY, IP: a.AsSlice()}
+		if err := netlink.NeighSet(n); err != nil {
+			s.log.Warn("adding NDP proxy entry", "addr", a, "err", err)
+		}
+	}
 }
 
 // applyClaim makes one call of the plan; update and delete only if the

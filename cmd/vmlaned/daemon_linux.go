@@ -27,6 +27,8 @@ import (
 type linuxNode struct {
 	c   *config
 	log *slog.Logger
+	// subnet is the node's IPv4 pod subnet, from setup.
+	subnet netip.Prefix
 }
 
 // newPlatform takes the bridge's lock first, so a second vmlaned on this
@@ -50,6 +52,7 @@ func (l *linuxNode) setup(ctx context.Context, subnet netip.Prefix, reg promethe
 		}
 		c.DHCPRange = &p
 	}
+	l.subnet = subnet
 	mtu, err := setupNode(c, subnet, l.log)
 	if err != nil {
 		return nil, err
@@ -73,11 +76,6 @@ func (l *linuxNode) controller(ctx context.Context, client kubernetes.Interface,
 		recorder.Event(&corev1.ObjectReference{Kind: "Node", Name: c.NodeName, UID: types.UID(c.NodeName), APIVersion: "v1"},
 			corev1.EventTypeWarning, "CNIConfigShadowed", msg)
 	})
-	if dyn, err := dynamicClient(c.Kubeconfig); err != nil {
-		l.log.Warn("no client for VMClaims: VMs keep their addresses on this node only", "err", err)
-	} else {
-		go runClaims(ctx, dyn, c.LeaseFile, c.NodeName, l.log)
-	}
 	ipt4, err := routes.NewIPTables(false)
 	if err != nil {
 		// Most often an image without the iptables package.
@@ -88,7 +86,13 @@ func (l *linuxNode) controller(ctx context.Context, client kubernetes.Interface,
 		l.log.Warn("ip6tables unusable; IPv6 pod traffic gets no vmlane rules", "err", err)
 		ipt6 = nil
 	}
-	return routes.NewController(client, routes.NewKernelTable(), ipt4, ipt6, recorder, routes.NewMetrics(reg), l.log.With("component", "routes"), routeOptions(c)), nil
+	ctrl := routes.NewController(client, routes.NewKernelTable(), ipt4, ipt6, recorder, routes.NewMetrics(reg), l.log.With("component", "routes"), routeOptions(c))
+	if dyn, err := dynamicClient(c.Kubeconfig); err != nil {
+		l.log.Warn("no client for VMClaims: VMs keep their addresses on this node only", "err", err)
+	} else {
+		go runClaims(ctx, dyn, c, l.subnet, ctrl, l.log)
+	}
+	return ctrl, nil
 }
 
 func (l *linuxNode) up(ctx context.Context, client kubernetes.Interface, ctrl *routes.Controller, _ record.EventRecorder, _ netip.Prefix, h *health) {
@@ -132,6 +136,11 @@ func setupNode(c *config, subnet netip.Prefix, log *slog.Logger) (int, error) {
 		return 0, fmt.Errorf("setting up bridge %s: %w", c.Bridge, err)
 	}
 	ensureForwarding(subnet, log)
+	if err := sysctl.Ensure(sysctl.Proc{}, sysctl.BridgeProxy(c.Bridge)); err != nil {
+		// The CNI plugin, which runs as root on the node, sets them at
+		// its first ADD.
+		log.Info("proxy ARP and NDP on the bridge are the CNI plugin's to set (/proc/sys is read-only here)", "err", err)
+	}
 	var gw6 netip.Addr
 	if s6 := c.PodCIDR6; s6.IsValid() {
 		gw6 = s6.Addr().Next()

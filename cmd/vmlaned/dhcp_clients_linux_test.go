@@ -277,7 +277,7 @@ func TestDHCPClients(t *testing.T) {
 		}
 		// dhclient renews every few seconds, so an expiry may have moved
 		// forward since; nothing else may change.
-		if diff := cmp.Diff(before.Leases(), after.Leases(), cmpopts.IgnoreFields(leases.Lease{}, "Expires"), cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+		if diff := cmp.Diff(before.Leases(), after.Leases(), cmpopts.IgnoreFields(leases.Lease{}, "Expires"), cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{})); diff != "" {
 			t.Errorf("leases across a restart (-before +after):\n%s", diff)
 		}
 		for _, c := range clients {

@@ -91,3 +91,32 @@ func (c Command) Set(name, value string) error {
 	_, err := c.Run.Run("", "sysctl", "-w", name+"="+value)
 	return err
 }
+
+// BridgeProxy are the settings of a Linux bridge that make the node answer
+// ARP and NDP on it for addresses it routes elsewhere: a VM whose addresses
+// moved to another node keeps talking to its home subnet's gateway and
+// neighbours from there, and the pods it left behind keep reaching it. The
+// values are what they must be: proxy ARP on, NDP proxying on (for the
+// addresses of the neighbour proxy table only), and no proxy delay (Linux
+// delays a proxy reply to a broadcast request by up to 0.8 s otherwise).
+func BridgeProxy(bridge string) [][2]string {
+	return [][2]string{
+		{"net.ipv4.conf." + bridge + ".proxy_arp", "1"},
+		{"net.ipv4.neigh." + bridge + ".proxy_delay", "0"},
+		{"net.ipv6.conf." + bridge + ".proxy_ndp", "1"},
+	}
+}
+
+// Ensure sets each name to its value unless it has it already.
+func Ensure(s Store, settings [][2]string) error {
+	var errs []error
+	for _, kv := range settings {
+		if v, err := s.Get(kv[0]); err == nil && strings.TrimSpace(v) == kv[1] {
+			continue
+		}
+		if err := s.Set(kv[0], kv[1]); err != nil {
+			errs = append(errs, fmt.Errorf("setting %s (sysctl -w %s=%s): %w", kv[0], kv[0], kv[1], err))
+		}
+	}
+	return errors.Join(errs...)
+}
