@@ -184,6 +184,7 @@ bench: deps build cni-reference controlplane
 	set -o pipefail; $(GO) run ./internal/dhcpbench -vmlaned $(BIN)/vmlaned -contention both | tee $(CACHE)/bench-dhcp-busy.txt
 	set -o pipefail; $(GO) run ./internal/dhcpbench -vmlaned $(BIN)/vmlaned -family 6 | tee $(CACHE)/bench-dhcp6.txt
 	set -o pipefail; VMLANE_PRIVILEGED=require $(GO) test -run '^$$' -bench Table -benchtime 30x ./internal/antispoof | tee $(CACHE)/bench-antispoof.txt
+	set -o pipefail; $(GO) test -run '^$$' -bench ComputeVMs -benchtime 20x ./routes | tee $(CACHE)/bench-routes-vms.txt
 	set -o pipefail; VMLANE_PRIVILEGED=require VMLANE_BIN_DIR=$(BIN) \
 		VMLANE_CONTROLPLANE_DIR=$$(bash internal/controlplane/build.sh --print-dir $(CACHE)/controlplane) \
 		$(GO) test -run '^$$' -bench RouteController5000 -benchtime 1x -timeout 20m ./cmd/vmlaned | tee $(CACHE)/bench-routes.txt

@@ -21,7 +21,7 @@
 // checks it all the way down, for Linux and macOS), so a VM runtime can depend
 // on it without pulling in netlink or client-go.
 //
-// # File format (version 1)
+// # File format (versions 1 and 2)
 //
 //	{
 //	  "version": 1,
@@ -55,6 +55,24 @@
 // attachment on (absent when the network has it off), and "vm" marks a VM
 // pod's attachment. schema.json in this folder is the JSON Schema of the
 // format.
+//
+// # VM identity
+//
+// A lease of a pod annotated vmlane.io/vm has "vmName" ("NAMESPACE/NAME"):
+// its ip, ip6 and mac are the VM's. When its attachment goes (Release, GC)
+// the lease turns "held" ([StateHeld]): no attachment, no DHCP state, an
+// "expires" at the store's VM hold time ([WithVMHold]); nothing answers for
+// it ([Lease.Live] is false) and nothing else gets its addresses or MAC,
+// and the VM's next pod takes it over ([ReserveRequest].VMName). Expire
+// frees it when its time is over. An older reader sees "held" as a state
+// it does not know, which holds the addresses all the same.
+//
+// A VM whose pod came from another node brings its addresses along (its
+// VMClaim): its lease's ip and ip6 lie outside the file's subnet and
+// subnet6, in "home" and "home6", the other node's pod subnets. A version 1
+// reader would take such a lease for damage, so a file that holds one is
+// version 2, and is written as version 1 again once none is left: a
+// version 2 file is a version 1 file with those two members.
 //
 // # Dual stack
 //

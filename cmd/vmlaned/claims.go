@@ -94,8 +94,12 @@ func leaseClaims(f *leases.File, node string) map[string]claimStatus {
 // planClaims is the pure step from this node's leases (leaseClaims) and the
 // claims as the API has them to the calls that bring them in line:
 //   - a VM with a lease here and no claim: create it;
-//   - a VM attached here whose claim names another node or pod, or says
-//     it is held: the VM is here now (update);
+//   - a VM attached here whose claim says it is held, or names another
+//     pod of this node, or a node that is gone or not Ready: the VM is
+//     here now (update). One whose claim names a pod on another node
+//     that is up is a live migration's target: the claim stays with the
+//     source until the source's pod goes (its node then says it is
+//     held, and this node takes it at its next pass);
 //   - a VM held here whose claim still says it is attached here, or names
 //     another hold time: update; one whose claim names another node is
 //     that node's (the VM moved on; this node's held lease only keeps the
@@ -104,7 +108,7 @@ func leaseClaims(f *leases.File, node string) map[string]claimStatus {
 //     time ended, or vmlanectl claims release): delete it;
 //   - a lease and claim that disagree on the addresses: a conflict,
 //     reported, and the claim left as it is.
-func planClaims(want map[string]claimStatus, have []claim, node string) ([]claimAction, []claimConflict) {
+func planClaims(want map[string]claimStatus, have []claim, node string, nodeUp func(string) bool) ([]claimAction, []claimConflict) {
 	byVM := make(map[string]claim, len(have))
 	for _, c := range have {
 		byVM[c.VM] = c
@@ -124,6 +128,10 @@ func planClaims(want map[string]claimStatus, have []claim, node string) ([]claim
 			acts = append(acts, claimAction{Op: "create", VM: vm, Status: w})
 		case c.Status.IPv4 != w.IPv4 || c.Status.MAC != w.MAC || (c.Status.IPv6 != w.IPv6 && c.Status.IPv6 != "" && w.IPv6 != ""):
 			conflicts = append(conflicts, claimConflict{VM: vm, Lease: w, Claim: c.Status})
+		case w.Pod != "" && c.Status.Node != node && c.Status.Pod != "" && nodeUp(c.Status.Node):
+			// The VM runs on another node too: this pod is a
+			// migration's target, and the claim (and the routes)
+			// stay with the source until its pod goes.
 		case w.Pod != "" && c.Status != w:
 			acts = append(acts, claimAction{Op: "update", VM: vm, Status: w, ResourceVersion: c.ResourceVersion})
 		case w.Pod == "" && c.Status.Node == node && c.Status != w:

@@ -145,7 +145,7 @@ func (s *claimsSync) pass(ctx context.Context) {
 		want = leaseClaims(&snap.File, s.c.NodeName)
 	}
 	have := s.list()
-	acts, conflicts := planClaims(want, have, s.c.NodeName)
+	acts, conflicts := planClaims(want, have, s.c.NodeName, s.nodeUp)
 	for _, c := range conflicts {
 		s.warnOnce(c.VM, "VM lease and VMClaim disagree; the claim is kept: "+c.String())
 	}
@@ -189,6 +189,14 @@ func (s *claimsSync) pass(ctx context.Context) {
 	s.ctrl.SetVMs(vms)
 	s.holdLent(lent, lent4, lent6)
 	s.proxyLent(lent6)
+}
+
+// nodeUp reports whether a node is in the cluster and Ready, from the route
+// controller's cache: a claim naming a node that is not gives way to the
+// VM's pod elsewhere (its pod is gone with its node, or soon will be).
+func (s *claimsSync) nodeUp(name string) bool {
+	n, err := s.ctrl.Node(name)
+	return err == nil && routes.FromNode(n, "").Ready
 }
 
 // list is every VMClaim in the informer's cache.

@@ -35,6 +35,8 @@ func TestPlanClaims(t *testing.T) {
 	web := claimStatus{IPv4: "10.244.1.5/24", MAC: "02:76:0a:f4:01:05", Node: "node-a", Pod: "default/web-1"}
 	webHeld := claimStatus{IPv4: "10.244.1.5/24", MAC: "02:76:0a:f4:01:05", Node: "node-a", HeldUntil: "2026-11-27T10:00:00Z"}
 	webOnB := claimStatus{IPv4: "10.244.1.5/24", MAC: "02:76:0a:f4:01:05", Node: "node-b", Pod: "default/web-2"}
+	webHeldOnB := claimStatus{IPv4: "10.244.1.5/24", MAC: "02:76:0a:f4:01:05", Node: "node-b", HeldUntil: "2026-11-27T10:00:00Z"}
+	webOnGone := claimStatus{IPv4: "10.244.1.5/24", MAC: "02:76:0a:f4:01:05", Node: "node-gone", Pod: "default/web-2"}
 	other := claimStatus{IPv4: "10.244.1.9/24", MAC: "02:76:0a:f4:01:09", Node: "node-a", Pod: "default/web-1"}
 	for _, tc := range []struct {
 		name     string
@@ -48,7 +50,10 @@ func TestPlanClaims(t *testing.T) {
 		{name: "in step", want: map[string]claimStatus{"default/web": web}, have: []claim{{VM: "default/web", Status: web, ResourceVersion: "7"}}},
 		{name: "pod went", want: map[string]claimStatus{"default/web": webHeld}, have: []claim{{VM: "default/web", Status: web, ResourceVersion: "7"}},
 			acts: []string{"update default/web 10.244.1.5/24  02:76:0a:f4:01:05 node=node-a pod= held=2026-11-27T10:00:00Z"}},
-		{name: "came here from node-b", want: map[string]claimStatus{"default/web": web}, have: []claim{{VM: "default/web", Status: webOnB, ResourceVersion: "7"}},
+		{name: "came here from node-b", want: map[string]claimStatus{"default/web": web}, have: []claim{{VM: "default/web", Status: webHeldOnB, ResourceVersion: "7"}},
+			acts: []string{"update default/web 10.244.1.5/24  02:76:0a:f4:01:05 node=node-a pod=default/web-1 held="}},
+		{name: "migration target while the source runs", want: map[string]claimStatus{"default/web": web}, have: []claim{{VM: "default/web", Status: webOnB, ResourceVersion: "7"}}},
+		{name: "source's node gone", want: map[string]claimStatus{"default/web": web}, have: []claim{{VM: "default/web", Status: webOnGone, ResourceVersion: "7"}},
 			acts: []string{"update default/web 10.244.1.5/24  02:76:0a:f4:01:05 node=node-a pod=default/web-1 held="}},
 		{name: "held here, running on node-b", want: map[string]claimStatus{"default/web": webHeld}, have: []claim{{VM: "default/web", Status: webOnB, ResourceVersion: "7"}}},
 		{name: "hold time over", have: []claim{{VM: "default/web", Status: webHeld, ResourceVersion: "7"}}, acts: []string{"delete default/web"}},
@@ -56,7 +61,8 @@ func TestPlanClaims(t *testing.T) {
 		{name: "addresses disagree", want: map[string]claimStatus{"default/web": other}, have: []claim{{VM: "default/web", Status: web, ResourceVersion: "7"}}, conflict: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			acts, conflicts := planClaims(tc.want, tc.have, "node-a")
+			up := func(n string) bool { return n == "node-a" || n == "node-b" }
+			acts, conflicts := planClaims(tc.want, tc.have, "node-a", up)
 			var got []string
 			for _, a := range acts {
 				got = append(got, a.String())

@@ -4,11 +4,14 @@ package realnode
 
 import (
 	"fmt"
+	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/vmlane/vmlane/e2e/cluster"
+	"github.com/vmlane/vmlane/internal/antispoof"
 	"github.com/vmlane/vmlane/leases"
 )
 
@@ -87,23 +90,7 @@ func TestVMIdentityRestart(t *testing.T) {
 	})
 
 	// A plain pod in between, on the same node.
-	c.Apply(t, `apiVersion: v1
-kind: Pod
-metadata: {name: vmid-between, namespace: default, labels: {app: vmid-between}}
-spec:
-  nodeName: node-a
-  terminationGracePeriodSeconds: 1
-  containers:
-    - {name: sleep, image: vmlane.test/busybox:e2e, imagePullPolicy: Never, command: ["sleep", "3600"]}
-`)
-	var between cluster.KubePod
-	cluster.WaitFor(t, 2*time.Minute, "plain pod vmid-between with its IPs", func() (bool, string) {
-		for _, p := range c.Pods(t, "default", "app=vmid-between") {
-			between = p
-			return p.IP.IsValid() && p.IP6.IsValid(), fmt.Sprint(p)
-		}
-		return false, "no pod"
-	})
+	between := plainPod(t, "vmid-between", "node-a")
 	if between.IP == addr || between.IP6 == addr6 {
 		t.Fatalf("plain pod vmid-between got the held VM's address: %s %s", between.IP, between.IP6)
 	}
@@ -142,12 +129,7 @@ spec:
 	if out, err := c.Kubectl("delete", "pod", "vmid-2", "vmid-3", "--wait=true", "--timeout=90s"); err != nil {
 		t.Fatal(out, err)
 	}
-	var ds cluster.KubePod
-	for _, p := range c.Pods(t, "vmlane-system", "app.kubernetes.io/name=vmlane") {
-		if p.Node == "node-a" {
-			ds = p
-		}
-	}
+	ds := vmlanePod(t, "node-a")
 	out, err := c.Exec(ds, "vmlanectl", "claims", "list")
 	if err != nil || !strings.Contains(out, "default/vmid") || !strings.Contains(out, "held") {
 		t.Errorf("vmlanectl claims list on node-a: %v\n%s", err, out)
@@ -192,4 +174,153 @@ func vmLease(t *testing.T, n *cluster.RealNode, vm string) leases.Lease {
 	}
 	t.Fatalf("%s has no lease of VM %s: %+v", n.Name, vm, snap.Leases())
 	return leases.Lease{}
+}
+
+// TestVMMove: a VM's pod on node-a is deleted and made again on node-b.
+// The guest gets the same addresses there by DHCP and DHCPv6 (node-b
+// serves an address of node-a's subnet), every other node routes the VM's
+// /32 and /128 to node-b, and plain pods on node-a, node-b and node-c
+// reach it by IPv4 and IPv6 without NAT. node-a no longer answers for it:
+// its lease there is held (kept from its other pods) and its anti-spoofing
+// table has no port with the VM's address; node-b's has.
+func TestVMMove(t *testing.T) {
+	a, b := c.RealNode("node-a"), c.RealNode("node-b")
+	t.Cleanup(func() {
+		c.Kubectl("delete", "pod", "vmmove-1", "vmmove-2", "vmmove-client-a", "vmmove-client-b", "vmmove-client-c", "--ignore-not-found", "--wait=true", "--timeout=60s")
+		for _, node := range []string{"node-a", "node-b"} {
+			if ds := vmlanePod(t, node); ds.Name != "" {
+				c.Exec(ds, "vmlanectl", "claims", "release", "default/vmmove")
+			}
+		}
+	})
+	c.StartVMPod(t, "vmmove-1", "node-a", cluster.VMGuest{VM: "vmmove"})
+	addr := c.WaitGuest(t, "vmmove-1")
+	log, _ := c.Kubectl("logs", "vmmove-1")
+	addr6, _ := cluster.GuestAddr6(log)
+	mac := waitVMLease(t, a, "default/vmmove", leases.StateBound).MAC
+	if out, err := c.Kubectl("delete", "pod", "vmmove-1", "--wait=true", "--timeout=90s"); err != nil {
+		t.Fatal(out, err)
+	}
+
+	moved := time.Now()
+	p := c.StartVMPod(t, "vmmove-2", "node-b", cluster.VMGuest{VM: "vmmove"})
+	if p.IP != addr || p.IP6 != addr6 {
+		t.Fatalf("vmmove-2 on node-b: pod IPs %s %s, want the VM's %s %s", p.IP, p.IP6, addr, addr6)
+	}
+	if got := c.WaitGuest(t, "vmmove-2"); got != addr {
+		t.Fatalf("vmmove-2's guest got %s by DHCP on node-b, want the VM's %s", got, addr)
+	}
+	log, _ = c.Kubectl("logs", "vmmove-2")
+	if got, _ := cluster.GuestAddr6(log); got != addr6 {
+		t.Errorf("vmmove-2's guest got %s by DHCPv6 on node-b, want the VM's %s", got, addr6)
+	}
+	if l := waitVMLease(t, b, "default/vmmove", leases.StateBound); l.MAC != mac || !l.Home.Contains(addr) {
+		t.Errorf("node-b's lease %+v, want the VM's MAC %s and its home subnet", l, mac)
+	}
+	cluster.WaitFor(t, 10*time.Second, "VMClaim default/vmmove on node-b", func() (bool, string) {
+		out, _ := c.Kubectl("get", "vmclaim", "vmmove", "-o", "jsonpath={.status.node} {.status.pod}")
+		return out == "node-b default/vmmove-2", out
+	})
+	// Every node but node-b routes the VM's addresses to node-b.
+	for _, n := range []string{"node-a", "node-c"} {
+		rn := c.RealNode(n)
+		cluster.WaitFor(t, 10*time.Second, n+" routes "+addr.String()+" and "+addr6.String()+" via node-b", func() (bool, string) {
+			r4, r6 := rn.Routes(), rn.Routes6()
+			return strings.Contains(r4, addr.String()+" via 10.99.0.12") && strings.Contains(r6, addr6.String()+" via fd99::12"), r4 + r6
+		})
+	}
+	t.Logf("VM default/vmmove on node-b, routed by every node, %s after its pod was made there", time.Since(moved).Round(time.Second))
+
+	// A plain pod of each node, made now: an earlier test replaced one of
+	// node-a's web pods, and another deleted node-b's bridge under its
+	// web pods.
+	plain := map[string]cluster.KubePod{}
+	for _, node := range []string{"node-a", "node-b", "node-c"} {
+		plain[node] = plainPod(t, "vmmove-client-"+node[len(node)-1:], node)
+	}
+	for _, node := range []string{"node-a", "node-b", "node-c"} {
+		src := plain[node]
+		for _, dst := range []netip.Addr{addr, addr6} {
+			want := src.IP
+			if dst.Is6() {
+				want = src.IP6
+			}
+			if r, out := c.PingFrom(src, dst, 3, "0.2"); !r.OK {
+				t.Errorf("%s (%s) → the moved VM %s: %d of 3 pings answered\n%s", src.Name, node, dst, r.Recv, out)
+				diagnose(t, src, b)
+			}
+			if seen, err := c.WhoAmIFrom(src, dst.String()); err != nil || seen != want.String() {
+				t.Errorf("%s (%s) → the moved VM %s: seen as %q (%v), want %s (no NAT)", src.Name, node, dst, seen, err, want)
+			}
+		}
+	}
+
+	// node-a holds the addresses for the VM and answers for them no more.
+	if l := vmLease(t, a, "default/vmmove"); l.State != leases.StateHeld || l.IP != addr {
+		t.Errorf("node-a's lease of the VM: %+v, want held", l)
+	}
+	for _, n := range []*cluster.RealNode{a, b} {
+		ports, err := antispoof.Table{NetNS: n.NS.Path}.Ports()
+		if err != nil {
+			t.Fatal(err)
+		}
+		has := slices.ContainsFunc(ports, func(p antispoof.Port) bool { return p.IP == addr && p.IP6 == addr6 })
+		if has != (n == b) {
+			t.Errorf("%s's anti-spoofing table has a port for %s: %v, want %v", n.Name, addr, has, n == b)
+		}
+	}
+}
+
+// plainPod makes a busybox pod named name on node and waits for its IPs.
+func plainPod(t *testing.T, name, node string) cluster.KubePod {
+	t.Helper()
+	c.Apply(t, fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: %s, namespace: default, labels: {app: %s}}
+spec:
+  nodeName: %s
+  terminationGracePeriodSeconds: 1
+  containers:
+    - {name: sleep, image: vmlane.test/busybox:e2e, imagePullPolicy: Never, command: ["sleep", "3600"]}
+`, name, name, node))
+	var p cluster.KubePod
+	cluster.WaitFor(t, 2*time.Minute, "plain pod "+name+" with its IPs", func() (bool, string) {
+		for _, q := range c.Pods(t, "default", "app="+name) {
+			p = q
+			return q.IP.IsValid() && q.IP6.IsValid(), fmt.Sprint(q)
+		}
+		return false, "no pod"
+	})
+	return p
+}
+
+// vmlanePod is node's vmlane DaemonSet pod.
+func vmlanePod(t *testing.T, node string) cluster.KubePod {
+	for _, p := range c.Pods(t, "vmlane-system", "app.kubernetes.io/name=vmlane") {
+		if p.Node == node {
+			return p
+		}
+	}
+	return cluster.KubePod{}
+}
+
+// diagnose logs what the node that holds a VM and a pod that could not
+// reach it know of each other.
+func diagnose(t *testing.T, src cluster.KubePod, n *cluster.RealNode) {
+	for _, argv := range [][]string{
+		{"ping", "-c", "1", "-W", "1", src.IP.String()},
+		{"ip", "neigh"}, {"ip", "-6", "neigh"}, {"ip", "route"}, {"ip", "-6", "route"},
+		{"sh", "-c", "ip route get " + src.IP.String() + "; ip -d link show vmlane0; bridge link"},
+		{"sh", "-c", "grep . /proc/sys/net/ipv4/conf/vmlane0/* /proc/sys/net/ipv4/conf/all/* 2>/dev/null | grep -E 'arp|redirect|rp_filter|accept_local|route_localnet|forwarding'"},
+		{"sh", "-c", "for f in /proc/sys/net/ipv4/conf/vmlane0/proxy_arp /proc/sys/net/ipv4/neigh/vmlane0/proxy_delay /proc/sys/net/ipv6/conf/vmlane0/proxy_ndp /proc/sys/net/ipv4/conf/vmlane0/send_redirects /proc/sys/net/bridge/bridge-nf-call-iptables; do echo $f $(cat $f); done"},
+		{"sh", "-c", "iptables-save -c | grep -v '^#' | grep -v ' \\[0:0\\]' | head -80"},
+		{"sh", "-c", "ip6tables-save -c | grep -v '^#' | grep -v ' \\[0:0\\]' | head -40"},
+	} {
+		out, err := n.Run("", argv...)
+		t.Logf("%s: %v: %v\n%s", n.Name, argv, err, out)
+	}
+	for _, argv := range [][]string{{"ip", "neigh"}, {"ip", "route"}, {"ip", "-6", "route"}, {"ip", "-6", "neigh"}, {"sh", "-c", "grep . /proc/sys/net/ipv4/conf/eth0/arp* /proc/sys/net/ipv4/conf/eth0/rp_filter /proc/sys/net/ipv4/conf/all/rp_filter /proc/sys/net/ipv4/conf/eth0/accept_redirects"}} {
+		out, err := c.Exec(src, argv...)
+		t.Logf("%s: %v: %v\n%s", src.Name, argv, err, out)
+	}
 }
