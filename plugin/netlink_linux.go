@@ -392,9 +392,12 @@ func (netlinkDataplane) UnrouteHost(bridgeName string, dst netip.Prefix) error {
 	if err != nil {
 		return fmt.Errorf("looking up %s: %w", bridgeName, err)
 	}
+	// The scope is part of what an IPv4 delete matches (universe, the
+	// zero value, would miss this scope-link route).
 	err = netlink.RouteDel(&netlink.Route{
 		LinkIndex: br.Attrs().Index,
 		Dst:       &net.IPNet{IP: dst.Addr().AsSlice(), Mask: net.CIDRMask(dst.Bits(), dst.Addr().BitLen())},
+		Scope:     netlink.SCOPE_LINK,
 		Protocol:  netlink.RouteProtocol(HostRouteProtocol),
 		Table:     unix.RT_TABLE_MAIN,
 	})

@@ -1,6 +1,8 @@
 package plugin_test
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -129,5 +131,42 @@ func TestAnnotatedPodThroughPlainConflist(t *testing.T) {
 	}
 	if v := n.hostVeths(); len(v) != 0 {
 		t.Errorf("host veths left: %v", v)
+	}
+}
+
+// TestMovedInVMHostRoutes: a VM whose claim (the node's vmclaims.json)
+// names addresses of another node's subnets gets them, with a host route
+// each onto the bridge (protocol 78), and its DEL removes both routes.
+func TestMovedInVMHostRoutes(t *testing.T) {
+	n := newNode(t, "10.250.14.0/24")
+	list := n.conf("1.1.0", false, map[string]any{
+		"subnet6":      "fd00:250:14::/64",
+		"capabilities": map[string]bool{"io.kubernetes.cri.pod-annotations": true},
+	})
+	claims := `{"version":1,"claims":[{"vm":"default/vm1","ipv4":"10.250.15.5/24","ipv6":"fd00:250:15::5/64","mac":"02:76:0a:fa:0f:05","node":"node-x"}]}`
+	if err := os.WriteFile(filepath.Join(filepath.Dir(n.leases), "vmclaims.json"), []byte(claims), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pod := netnstest.New(t, "pod")
+	rt := podRT("vm1", pod)
+	rt.CapabilityArgs = map[string]any{"io.kubernetes.cri.pod-annotations": map[string]string{"vmlane.io/vm": "vm1"}}
+	r, err := n.add(list, rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.IPs[0].Address.String(); got != "10.250.15.5/24" {
+		t.Errorf("result IP %s, want the claim's", got)
+	}
+	routes := func() string {
+		return n.ns.MustRun(t, "ip", "route", "show", "proto", "78") + n.ns.MustRun(t, "ip", "-6", "route", "show", "proto", "78")
+	}
+	if got := routes(); !strings.Contains(got, "10.250.15.5 dev vmlane0 scope link") || !strings.Contains(got, "fd00:250:15::5 dev vmlane0") {
+		t.Fatalf("host routes after ADD:\n%s", got)
+	}
+	if err := n.del(list, rt); err != nil {
+		t.Fatal(err)
+	}
+	if got := routes(); strings.TrimSpace(got) != "" {
+		t.Errorf("host routes left after DEL:\n%s", got)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -176,7 +177,8 @@ func vmLease(t *testing.T, n *cluster.RealNode, vm string) leases.Lease {
 	return leases.Lease{}
 }
 
-// TestVMMove: a VM's pod on node-a is deleted and made again on node-b.
+// TestVMMove: a VM's pod on node-a is deleted and made again on node-b,
+// then on node-c with node-c's vmlaned killed during the move.
 // The guest gets the same addresses there by DHCP and DHCPv6 (node-b
 // serves an address of node-a's subnet), every other node routes the VM's
 // /32 and /128 to node-b, and plain pods on node-a, node-b and node-c
@@ -186,8 +188,8 @@ func vmLease(t *testing.T, n *cluster.RealNode, vm string) leases.Lease {
 func TestVMMove(t *testing.T) {
 	a, b := c.RealNode("node-a"), c.RealNode("node-b")
 	t.Cleanup(func() {
-		c.Kubectl("delete", "pod", "vmmove-1", "vmmove-2", "vmmove-client-a", "vmmove-client-b", "vmmove-client-c", "--ignore-not-found", "--wait=true", "--timeout=60s")
-		for _, node := range []string{"node-a", "node-b"} {
+		c.Kubectl("delete", "pod", "vmmove-1", "vmmove-2", "vmmove-3", "vmmove-client-a", "vmmove-client-b", "vmmove-client-c", "--ignore-not-found", "--wait=true", "--timeout=60s")
+		for _, node := range []string{"node-a", "node-b", "node-c"} {
 			if ds := vmlanePod(t, node); ds.Name != "" {
 				c.Exec(ds, "vmlanectl", "claims", "release", "default/vmmove")
 			}
@@ -202,7 +204,7 @@ func TestVMMove(t *testing.T) {
 		t.Fatal(out, err)
 	}
 
-	moved := time.Now()
+	converged := watchMove(t, b, "default/vmmove", addr, addr6, "10.99.0.12", "fd99::12", c.RealNode("node-a"), c.RealNode("node-c"))
 	p := c.StartVMPod(t, "vmmove-2", "node-b", cluster.VMGuest{VM: "vmmove"})
 	if p.IP != addr || p.IP6 != addr6 {
 		t.Fatalf("vmmove-2 on node-b: pod IPs %s %s, want the VM's %s %s", p.IP, p.IP6, addr, addr6)
@@ -229,7 +231,11 @@ func TestVMMove(t *testing.T) {
 			return strings.Contains(r4, addr.String()+" via 10.99.0.12") && strings.Contains(r6, addr6.String()+" via fd99::12"), r4 + r6
 		})
 	}
-	t.Logf("VM default/vmmove on node-b, routed by every node, %s after its pod was made there", time.Since(moved).Round(time.Second))
+	if d := <-converged; d < 0 {
+		t.Error("routes to the moved VM not seen on node-a and node-c")
+	} else {
+		t.Logf("VM default/vmmove moved to node-b: its /32 and /128 via node-b on node-a and node-c %s after node-b's ADD wrote its lease (polled every 20 ms)", d.Round(10*time.Millisecond))
+	}
 
 	// A plain pod of each node, made now: an earlier test replaced one of
 	// node-a's web pods, and another deleted node-b's bridge under its
@@ -269,6 +275,96 @@ func TestVMMove(t *testing.T) {
 			t.Errorf("%s's anti-spoofing table has a port for %s: %v, want %v", n.Name, addr, has, n == b)
 		}
 	}
+
+	// On to node-c, whose vmlaned is SIGKILLed the moment the ADD wrote
+	// the VM's lease there: once the kubelet has restarted it, the
+	// cluster converges, and no node holds the address for anyone else.
+	cn := c.RealNode("node-c")
+	if out, err := c.Kubectl("delete", "pod", "vmmove-2", "--wait=true", "--timeout=90s"); err != nil {
+		t.Fatal(out, err)
+	}
+	killed := make(chan error, 1)
+	go func() {
+		for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if snap, err := leases.Read(cn.File("/var/lib/vmlane/leases.json")); err == nil {
+				for _, l := range snap.Leases() {
+					if l.VMName == "default/vmmove" {
+						_, err := cn.Signal("vmlaned", syscall.SIGKILL)
+						killed <- err
+						return
+					}
+				}
+			}
+		}
+		killed <- fmt.Errorf("no lease of default/vmmove on node-c")
+	}()
+	c.StartVMPod(t, "vmmove-3", "node-c", cluster.VMGuest{VM: "vmmove"})
+	if err := <-killed; err != nil {
+		t.Fatalf("killing vmlaned on node-c during the move: %v", err)
+	}
+	if got := c.WaitGuest(t, "vmmove-3"); got != addr {
+		t.Fatalf("vmmove-3's guest got %s on node-c after vmlaned's crash, want %s", got, addr)
+	}
+	cluster.WaitFor(t, 2*time.Minute, "VMClaim default/vmmove on node-c after node-c's vmlaned restarted", func() (bool, string) {
+		out, _ := c.Kubectl("get", "vmclaim", "vmmove", "-o", "jsonpath={.status.node} {.status.pod}")
+		return out == "node-c default/vmmove-3", out
+	})
+	for _, n := range []*cluster.RealNode{a, b} {
+		cluster.WaitFor(t, time.Minute, n.Name+" routes the VM via node-c", func() (bool, string) {
+			return strings.Contains(n.Routes(), addr.String()+" via 10.99.0.13") && strings.Contains(n.Routes6(), addr6.String()+" via fd99::13"), n.Routes() + n.Routes6()
+		})
+	}
+	// The address is attached on node-c only; node-a (home) and node-b
+	// (where it last ran) hold it for the VM, nothing else has it.
+	for _, n := range []*cluster.RealNode{a, b, cn} {
+		snap, err := leases.Read(n.File("/var/lib/vmlane/leases.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range snap.Leases() {
+			if l.IP != addr && l.IP6 != addr6 {
+				continue
+			}
+			if l.VMName != "default/vmmove" || (n == cn) == (l.State == leases.StateHeld) {
+				t.Errorf("%s: lease %s %s %s of %q: want the VM's, attached on node-c only", n.Name, l.IP, l.IP6, l.State, l.VMName)
+			}
+		}
+	}
+	if r, out := c.PingFrom(plain["node-a"], addr, 3, "0.2"); !r.OK {
+		t.Errorf("node-a's pod → the VM on node-c: %d of 3 pings answered\n%s", r.Recv, out)
+	}
+}
+
+// watchMove measures a move: from when node to's lease file has an
+// attached lease of vm to when every node of others routes addr and addr6
+// via (via4, via6). It sends -1 if that takes over 3 minutes.
+func watchMove(t *testing.T, to *cluster.RealNode, vm string, addr, addr6 netip.Addr, via4, via6 string, others ...*cluster.RealNode) <-chan time.Duration {
+	out := make(chan time.Duration, 1)
+	go func() {
+		var added time.Time
+		for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if added.IsZero() {
+				if snap, err := leases.Read(to.File("/var/lib/vmlane/leases.json")); err == nil {
+					for _, l := range snap.Leases() {
+						if l.VMName == vm && l.State != leases.StateHeld {
+							added = time.Now()
+						}
+					}
+				}
+				continue
+			}
+			all := true
+			for _, n := range others {
+				all = all && strings.Contains(n.Routes(), addr.String()+" via "+via4) && strings.Contains(n.Routes6(), addr6.String()+" via "+via6)
+			}
+			if all {
+				out <- time.Since(added)
+				return
+			}
+		}
+		out <- -1
+	}()
+	return out
 }
 
 // plainPod makes a busybox pod named name on node and waits for its IPs.
