@@ -200,7 +200,8 @@ func (tx *Tx) moveIn(req ReserveRequest) (Lease, error) {
 
 // HoldFor keeps a VM's addresses of this node's subnets (ip, and ip6 when
 // valid) and its MAC held for it while it runs on another node: a held
-// lease, made now or found, whose hold time starts again now. A lease of
+// lease, made now or found, whose hold time starts again now once half of
+// it has passed. A lease of
 // the VM attached here is left as it is (its pod is here: the claim is
 // about to say so); addresses or a MAC another lease holds are ErrInUse.
 func (tx *Tx) HoldFor(vm string, ip, ip6 netip.Addr, mac string) error {
@@ -215,7 +216,9 @@ func (tx *Tx) HoldFor(vm string, ip, ip6 netip.Addr, mac string) error {
 	until := normTime(tx.now.Add(d))
 	if i := slices.IndexFunc(tx.f.Leases, func(l Lease) bool { return l.VMName == vm }); i >= 0 {
 		l := &tx.f.Leases[i]
-		if l.State == StateHeld && l.IP == ip && until.After(l.Expires) {
+		// Renewed once half the hold time has passed, not at every call:
+		// each renewal is a write of the file.
+		if l.State == StateHeld && l.IP == ip && l.Expires.Sub(tx.now) < d/2 {
 			tx.mustWrite()
 			l.Expires = until
 		}

@@ -280,12 +280,20 @@ func TestVMHoldFor(t *testing.T) {
 	if err := hold(); err != nil {
 		t.Fatal(err)
 	}
+	v0, _ := s.Version()
 	c.advance(time.Hour)
 	if err := hold(); err != nil {
 		t.Fatal(err)
 	}
+	if v, _ := s.Version(); v != v0 {
+		t.Error("HoldFor rewrote the file with most of the hold time left")
+	}
+	c.advance(DefaultVMHold / 2)
+	if err := hold(); err != nil {
+		t.Fatal(err)
+	}
 	ls, _ := s.List()
-	if len(ls) != 1 || ls[0].State != StateHeld || ls[0].IP6 != ip6 || !ls[0].Expires.Equal(t0.Add(time.Hour+DefaultVMHold)) {
+	if len(ls) != 1 || ls[0].State != StateHeld || ls[0].IP6 != ip6 || !ls[0].Expires.Equal(t0.Add(time.Hour+DefaultVMHold/2+DefaultVMHold)) {
 		t.Fatalf("held: %+v", ls)
 	}
 	// The VM's pod coming back takes it over.
