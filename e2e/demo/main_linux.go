@@ -118,6 +118,7 @@ func buildPlain(r *cluster.Runner, o cluster.Options) account {
 			r.Fatalf("%s: the guest's addresses %s, %s are not the pod IPs %s, %s", vm.Name, got, got6, vm.IP, vm.IP6)
 		}
 	}
+	vms = append(vms, moveVM(r, c, "web-vm", "node-a", "node-b"))
 	// Each family's matrix: plain pods (one a node) to every VM and
 	// plain pod.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -138,6 +139,46 @@ func buildPlain(r *cluster.Runner, o cluster.Options) account {
 	a.failures = func() []string { return failures(ms) }
 	a.done = fmt.Sprintf("All %d pod pairs reach each other by pod IP, IPv4 and IPv6, across nodes, without NAT", ms[0].Pairs())
 	return a
+}
+
+// moveVM shows VM identity: a pod of VM default/vm (annotated
+// vmlane.io/vm) on node from, deleted and made again on node to, whose
+// guest gets the same addresses there; every other node routes them to
+// to. It returns the VM's pod on to.
+func moveVM(r *cluster.Runner, c *cluster.Cluster, vm, from, to string) cluster.KubePod {
+	first := c.StartVMPod(r, vm+"-1", from, cluster.VMGuest{VM: vm})
+	c.WaitGuest(r, first.Name)
+	fmt.Printf("• VM default/%s (pod %s, annotated vmlane.io/vm: %s) on %s: %s and %s\n", vm, first.Name, vm, from, first.IP, first.IP6)
+	if out, err := c.Kubectl("delete", "pod", first.Name, "--wait=true", "--timeout=90s"); err != nil {
+		r.Fatalf("deleting %s: %v\n%s", first.Name, err, out)
+	}
+	start := time.Now()
+	second := c.StartVMPod(r, vm+"-2", to, cluster.VMGuest{VM: vm})
+	got := c.WaitGuest(r, second.Name)
+	log, _ := c.Kubectl("logs", second.Name)
+	got6, _ := cluster.GuestAddr6(log)
+	if got != first.IP || got6 != first.IP6 {
+		r.Fatalf("VM default/%s on %s: its guest got %s and %s, not its addresses %s and %s", vm, to, got, got6, first.IP, first.IP6)
+	}
+	var via string
+	for _, n := range c.RealNodes {
+		if n.Name == to {
+			via = n.IP.String()
+		}
+	}
+	for _, n := range c.RealNodes {
+		if n.Name == to {
+			continue
+		}
+		cluster.WaitFor(r, time.Minute, n.Name+" routes "+got.String()+" via "+to, func() (bool, string) {
+			return strings.Contains(n.Routes(), got.String()+" via "+via), n.Routes()
+		})
+	}
+	claim, _ := c.Kubectl("get", "vmclaim", vm, "-o", "jsonpath={.status.ipv4} {.status.ipv6} {.status.mac} on {.status.node}")
+	fmt.Printf("• its pod deleted and made again on %s (%s): the guest got %s by DHCP and %s by DHCPv6 there, the\n"+
+		"  other nodes route them via %s, %s after the pod was made; kubectl get vmclaim %s: %s\n",
+		to, second.Name, got, got6, to, time.Since(start).Round(time.Second), vm, claim)
+	return second
 }
 
 // buildHybrid is `make demo-hybrid`: flannel's nodes and vmlane's VM
