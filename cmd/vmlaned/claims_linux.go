@@ -76,38 +76,8 @@ func runClaims(ctx context.Context, dyn dynamic.Interface, c *config, subnet net
 		return
 	}
 	api := dyn.Resource(vmClaimGVR)
-	for warned := false; ; {
-		_, err := api.List(ctx, metav1.ListOptions{Limit: 1})
-		if err == nil {
-			break
-		}
-		if !warned {
-			if apierrors.IsNotFound(err) {
-				log.Warn("the VMClaim CRD (vmclaims.vmlane.io) is not installed: VMs keep their addresses on this node only; apply vmlane's manifests to make them cluster-wide")
-			} else {
-				log.Warn("listing VMClaims", "err", err)
-			}
-			warned = true
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(claimsResync):
-		}
-	}
-	kick := make(chan struct{}, 1)
-	poke := func() {
-		select {
-		case kick <- struct{}{}:
-		default:
-		}
-	}
-	inf := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0).ForResource(vmClaimGVR).Informer()
-	inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { poke() }, UpdateFunc: func(any, any) { poke() }, DeleteFunc: func(any) { poke() },
-	})
-	go inf.Run(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+	inf, kick := claimsInformer(ctx, dyn, log)
+	if inf == nil {
 		return
 	}
 	s := &claimsSync{c: c, api: api, claims: inf.GetStore(), store: store, ctrl: ctrl, log: log, warned: map[string]string{}}
@@ -130,6 +100,74 @@ func runClaims(ctx context.Context, dyn dynamic.Interface, c *config, subnet net
 		}
 		lastPass = time.Now()
 		s.pass(ctx)
+	}
+}
+
+// claimsInformer waits for the VMClaim CRD (saying once that it is
+// missing: manifests older than VM identity keep VMs node-local), then
+// starts an informer of every VMClaim and returns it synced, with a channel
+// that gets a value after any change. nil when ctx ends first.
+func claimsInformer(ctx context.Context, dyn dynamic.Interface, log *slog.Logger) (cache.SharedIndexInformer, <-chan struct{}) {
+	api := dyn.Resource(vmClaimGVR)
+	for warned := false; ; {
+		_, err := api.List(ctx, metav1.ListOptions{Limit: 1})
+		if err == nil {
+			break
+		}
+		if !warned {
+			if apierrors.IsNotFound(err) {
+				log.Warn("the VMClaim CRD (vmclaims.vmlane.io) is not installed: VMs keep their addresses on their node only; apply vmlane's manifests to make them cluster-wide")
+			} else {
+				log.Warn("listing VMClaims", "err", err)
+			}
+			warned = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case <-time.After(claimsResync):
+		}
+	}
+	kick := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	inf := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0).ForResource(vmClaimGVR).Informer()
+	inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { poke() }, UpdateFunc: func(any, any) { poke() }, DeleteFunc: func(any) { poke() },
+	})
+	go inf.Run(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return nil, nil
+	}
+	return inf, kick
+}
+
+// runClaimRoutes is routes-only mode's part of VM identity: every VMClaim
+// watched, and the host routes of VMs away from their home subnets handed
+// to the route controller, so the nodes of another CNI reach a VM that
+// moved. It publishes nothing: the node holds no VM.
+func runClaimRoutes(ctx context.Context, dyn dynamic.Interface, c *config, ctrl *routes.Controller, log *slog.Logger) {
+	log = log.With("component", "claims")
+	inf, kick := claimsInformer(ctx, dyn, log)
+	if inf == nil {
+		return
+	}
+	s := &claimsSync{c: c, claims: inf.GetStore(), ctrl: ctrl, log: log, warned: map[string]string{}}
+	t := time.NewTicker(claimsResync)
+	defer t.Stop()
+	for {
+		vms, _, _ := s.apply(s.list())
+		ctrl.SetVMs(vms)
+		select {
+		case <-ctx.Done():
+			return
+		case <-kick:
+		case <-t.C:
+		}
 	}
 }
 
@@ -157,15 +195,31 @@ func (s *claimsSync) pass(ctx context.Context) {
 		s.log.Info("VMClaim", "action", a.String())
 	}
 
+	vms, mirror, lent := s.apply(have)
+	var lent4, lent6 []netip.Prefix
+	for _, c := range lent { // checked by apply
+		v4, _ := netip.ParsePrefix(c.Status.IPv4)
+		v6, _ := netip.ParsePrefix(c.Status.IPv6)
+		lent4, lent6 = append(lent4, v4), append(lent6, v6)
+	}
+	s.writeMirror(mirror)
+	s.ctrl.SetVMs(vms)
+	s.holdLent(lent, lent4, lent6)
+	s.proxyLent(lent6)
+}
+
+// apply sorts the claims into what the node uses: the VMs the route
+// controller routes, the plugin's copy, and (on a node with a lease store)
+// the claims of VMs running elsewhere whose addresses are of this node's
+// subnet. A claim that does not check out is said once and left out.
+func (s *claimsSync) apply(have []claim) ([]routes.VM, plugin.ClaimsFile, []claim) {
 	cluster := s.c.ClusterCIDRs
 	if len(cluster) == 0 {
 		cluster = s.ctrl.PodCIDRs()
 	}
-	var mirror plugin.ClaimsFile
-	mirror.Version = 1
+	mirror := plugin.ClaimsFile{Version: 1}
 	var vms []routes.VM
 	var lent []claim
-	var lent4, lent6 []netip.Prefix
 	for _, c := range have {
 		v4, v6, err := checkClaim(c, cluster)
 		if err != nil {
@@ -179,16 +233,11 @@ func (s *claimsSync) pass(ctx context.Context) {
 			vm.Addrs = append(vm.Addrs, v6.Addr())
 		}
 		vms = append(vms, vm)
-		if c.Status.Node != s.c.NodeName && s.store.Subnet().Contains(v4.Addr()) {
+		if s.store != nil && c.Status.Node != s.c.NodeName && s.store.Subnet().Contains(v4.Addr()) {
 			lent = append(lent, c)
-			lent4 = append(lent4, v4)
-			lent6 = append(lent6, v6)
 		}
 	}
-	s.writeMirror(mirror)
-	s.ctrl.SetVMs(vms)
-	s.holdLent(lent, lent4, lent6)
-	s.proxyLent(lent6)
+	return vms, mirror, lent
 }
 
 // nodeUp reports whether a node is in the cluster and Ready, from the route

@@ -50,6 +50,11 @@ func runRoutesOnly(ctx context.Context, c *config, log *slog.Logger) error {
 	ctrl := routes.NewController(client, routes.NewKernelTable(), ipt4, ipt6, recorder, routes.NewMetrics(reg), log.With("component", "routes"), routeOptions(c))
 	h.lastOK = ctrl.LastSuccess
 	watchRouteDeletes(ctx, c, ctrl, log)
+	if dyn, err := dynamicClient(c.Kubeconfig); err != nil {
+		log.Warn("no client for VMClaims: VMs that moved off their home node are not routed here", "err", err)
+	} else {
+		go runClaimRoutes(ctx, dyn, c, ctrl, log)
+	}
 	go func() {
 		select {
 		case <-ctx.Done():

@@ -332,3 +332,37 @@ func TestServiceFromVMWithoutKubeProxy(t *testing.T) {
 	}
 	t.Logf("%s (%s) → Service web (%s): served by %s, which saw %s", vm.Name, vm.IP, h.WebIP, backend, seen)
 }
+
+// TestVMMoveSeenByFlannelNodes: a VM (annotated vmlane.io/vm) moves from
+// vm-node to mac-node with its addresses; the flannel nodes' routes-only
+// vmlaned, which watches the VMClaims, routes its /32 and /128 to mac-node,
+// and a flannel pod reaches it there without NAT.
+func TestVMMoveSeenByFlannelNodes(t *testing.T) {
+	t.Cleanup(func() {
+		h.Kubectl("delete", "pod", "hvm-1", "hvm-2", "--ignore-not-found", "--wait=true", "--timeout=60s")
+	})
+	first := h.StartVMPod(t, "hvm-1", vmNodes[0], cluster.VMGuest{VM: "hvm"})
+	addr := h.WaitGuest(t, "hvm-1")
+	if out, err := h.Kubectl("delete", "pod", "hvm-1", "--wait=true", "--timeout=90s"); err != nil {
+		t.Fatal(out, err)
+	}
+	second := h.StartVMPod(t, "hvm-2", vmNodes[1], cluster.VMGuest{VM: "hvm"})
+	if got := h.WaitGuest(t, "hvm-2"); got != addr || second.IP6 != first.IP6 {
+		t.Fatalf("hvm-2 on %s: guest got %s, pod IPv6 %s; want the VM's %s, %s", vmNodes[1], got, second.IP6, addr, first.IP6)
+	}
+	via4, via6 := h.RealNode(vmNodes[1]).IP.String(), h.RealNode(vmNodes[1]).IP6.String()
+	for _, fn := range flannelNodes {
+		n := h.RealNode(fn)
+		cluster.WaitFor(t, 10*time.Second, fn+" routes the moved VM via "+vmNodes[1], func() (bool, string) {
+			r4, r6 := n.Routes(), n.Routes6()
+			return strings.Contains(r4, addr.String()+" via "+via4) && strings.Contains(r6, first.IP6.String()+" via "+via6), r4 + r6
+		})
+		src := h.Web[fn][0]
+		if r, out := h.PingFrom(src, addr, 3, "0.2"); !r.OK {
+			t.Errorf("%s (%s) → the moved VM %s: %d of 3 pings answered\n%s", src.Name, fn, addr, r.Recv, out)
+		}
+		if seen, err := h.WhoAmIFrom(src, addr.String()); err != nil || seen != src.IP.String() {
+			t.Errorf("%s (%s) → the moved VM %s: seen as %q (%v), want %s", src.Name, fn, addr, seen, err, src.IP)
+		}
+	}
+}
