@@ -58,12 +58,19 @@ func vmRoutes(nodes []Node, vms []VM, self string) ([]Route, []Skip) {
 }
 
 // SetVMs replaces the VMs the controller routes (the cluster's VMClaims)
-// and has it reconcile.
+// and, when they changed, has it reconcile.
 func (c *Controller) SetVMs(vms []VM) {
 	c.mu.Lock()
-	c.vms = slices.Clone(vms)
+	same := slices.EqualFunc(vms, c.vms, func(a, b VM) bool {
+		return a.Name == b.Name && a.Node == b.Node && slices.Equal(a.Addrs, b.Addrs)
+	})
+	if !same {
+		c.vms = slices.Clone(vms)
+	}
 	c.mu.Unlock()
-	c.Trigger()
+	if !same {
+		c.Trigger()
+	}
 }
 
 func (c *Controller) vmList() []VM {

@@ -1,10 +1,12 @@
 package routes
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/client-go/kubernetes/fake"
 )
 
 // A VM that moved from node-a's subnet to node-b is routed by a host route
@@ -45,6 +47,36 @@ func TestComputeVMRoutes(t *testing.T) {
 		}
 		if self != "node-c" && !strings.Contains(all, "no IPv6 address to route VM default/v6less's fd00:10:244:1::8 via") {
 			t.Errorf("%s: skips %q, want default/v6less's", self, skips)
+		}
+	}
+}
+
+// SetVMs has the controller reconcile only when the VMs changed: the
+// claims loop calls it at every pass, on every lease file change.
+func TestSetVMsTriggersOnChange(t *testing.T) {
+	c := NewController(fake.NewClientset(), newFakeTable(), nil, nil, nil, NewMetrics(nil), slog.New(slog.DiscardHandler), Options{NodeName: "node-a"})
+	triggered := func() bool {
+		select {
+		case <-c.loop.trigger:
+			return true
+		default:
+			return false
+		}
+	}
+	vms := []VM{{Name: "default/web", Node: "node-b", Addrs: addrs("10.244.1.5")}}
+	for i, step := range []struct {
+		vms  []VM
+		want bool
+	}{
+		{vms, true},
+		{vms, false},
+		{[]VM{{Name: "default/web", Node: "node-c", Addrs: addrs("10.244.1.5")}}, true},
+		{[]VM{{Name: "default/web", Node: "node-c", Addrs: addrs("10.244.1.5")}}, false},
+		{nil, true},
+	} {
+		c.SetVMs(step.vms)
+		if got := triggered(); got != step.want {
+			t.Errorf("step %d: triggered %v, want %v", i, got, step.want)
 		}
 	}
 }

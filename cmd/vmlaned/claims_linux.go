@@ -92,8 +92,12 @@ func runClaims(ctx context.Context, dyn dynamic.Interface, c *config, subnet net
 		case <-kick:
 		case <-poll.C:
 			st, err := os.Stat(c.LeaseFile)
-			if err == nil && lastStat != nil && os.SameFile(st, lastStat) && st.ModTime().Equal(lastStat.ModTime()) &&
-				st.Size() == lastStat.Size() && time.Since(lastPass) < claimsResync {
+			same := err == nil && lastStat != nil && os.SameFile(st, lastStat) && st.ModTime().Equal(lastStat.ModTime()) &&
+				st.Size() == lastStat.Size()
+			if errors.Is(err, os.ErrNotExist) {
+				same = lastStat == nil && !lastPass.IsZero() // still no lease file
+			}
+			if same && time.Since(lastPass) < claimsResync {
 				continue
 			}
 			lastStat = st
