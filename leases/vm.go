@@ -126,17 +126,6 @@ func (tx *Tx) hold(i int) {
 	l.ContainerID, l.IfName, l.NetNS, l.BridgePort = "", "", "", ""
 }
 
-// VMs returns the leases that belong to a VM, attached or held.
-func (tx *Tx) VMs() []Lease {
-	var out []Lease
-	for _, l := range tx.f.Leases {
-		if l.VMName != "" {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
 // ReleaseVM gives back the addresses held for a VM whose pod went. A VM
 // attached to a pod keeps them (its DEL holds them, then ReleaseVM frees
 // them) and is ErrVMInUse.
