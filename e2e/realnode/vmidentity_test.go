@@ -37,12 +37,8 @@ func TestVMIdentityRestart(t *testing.T) {
 		var leaseAt time.Time
 		for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 			if leaseAt.IsZero() {
-				if snap, err := leases.Read(node.File("/var/lib/vmlane/leases.json")); err == nil {
-					for _, l := range snap.Leases() {
-						if l.VMName == "default/vmid" {
-							leaseAt = time.Now()
-						}
-					}
+				if hasVMLease(node, "default/vmid") {
+					leaseAt = time.Now()
 				}
 				continue
 			}
@@ -96,17 +92,7 @@ func TestVMIdentityRestart(t *testing.T) {
 		t.Fatalf("plain pod vmid-between got the held VM's address: %s %s", between.IP, between.IP6)
 	}
 
-	second := c.StartVMPod(t, "vmid-2", "node-a", cluster.VMGuest{VM: "vmid"})
-	if second.IP != addr || second.IP6 != addr6 {
-		t.Fatalf("vmid-2: pod IPs %s %s, want the VM's %s %s", second.IP, second.IP6, addr, addr6)
-	}
-	if got := c.WaitGuest(t, "vmid-2"); got != addr {
-		t.Errorf("vmid-2's guest got %s by DHCP, want the VM's %s", got, addr)
-	}
-	log, _ = c.Kubectl("logs", "vmid-2")
-	if got, _ := cluster.GuestAddr6(log); got != addr6 {
-		t.Errorf("vmid-2's guest got %s by DHCPv6, want the VM's %s", got, addr6)
-	}
+	startVMWith(t, "vmid-2", "node-a", "vmid", addr, addr6)
 	if l := waitVMLease(t, node, "default/vmid", leases.StateBound); l.MAC != mac || l.Pod.Name != "vmid-2" {
 		t.Errorf("vmid-2's lease: %+v, want bound, MAC %s", l, mac)
 	}
@@ -148,6 +134,38 @@ spec:
 		out, err := c.Kubectl("get", "vmclaims", "-o", "name")
 		return err == nil && !strings.Contains(out, "vmid"), out
 	})
+}
+
+// hasVMLease reports whether n's lease file has an attached (not held)
+// lease of vm: a pod of the VM was ADDed there.
+func hasVMLease(n *cluster.RealNode, vm string) bool {
+	snap, err := leases.Read(n.File("/var/lib/vmlane/leases.json"))
+	if err != nil {
+		return false
+	}
+	for _, l := range snap.Leases() {
+		if l.VMName == vm && l.State != leases.StateHeld {
+			return true
+		}
+	}
+	return false
+}
+
+// startVMWith starts pod name of VM vm on node and checks that the pod
+// and its guest (by DHCP and DHCPv6) have the VM's addresses.
+func startVMWith(t *testing.T, name, node, vm string, addr, addr6 netip.Addr) {
+	t.Helper()
+	p := c.StartVMPod(t, name, node, cluster.VMGuest{VM: vm})
+	if p.IP != addr || p.IP6 != addr6 {
+		t.Fatalf("%s on %s: pod IPs %s %s, want the VM's %s %s", name, node, p.IP, p.IP6, addr, addr6)
+	}
+	if got := c.WaitGuest(t, name); got != addr {
+		t.Fatalf("%s's guest got %s by DHCP on %s, want the VM's %s", name, got, node, addr)
+	}
+	log, _ := c.Kubectl("logs", name)
+	if got, _ := cluster.GuestAddr6(log); got != addr6 {
+		t.Errorf("%s's guest got %s by DHCPv6 on %s, want the VM's %s", name, got, node, addr6)
+	}
 }
 
 // waitVMLease waits until node's lease of VM vm is in state, and returns it.
@@ -205,17 +223,7 @@ func TestVMMove(t *testing.T) {
 	}
 
 	converged := watchMove(t, b, "default/vmmove", addr, addr6, "10.99.0.12", "fd99::12", c.RealNode("node-a"), c.RealNode("node-c"))
-	p := c.StartVMPod(t, "vmmove-2", "node-b", cluster.VMGuest{VM: "vmmove"})
-	if p.IP != addr || p.IP6 != addr6 {
-		t.Fatalf("vmmove-2 on node-b: pod IPs %s %s, want the VM's %s %s", p.IP, p.IP6, addr, addr6)
-	}
-	if got := c.WaitGuest(t, "vmmove-2"); got != addr {
-		t.Fatalf("vmmove-2's guest got %s by DHCP on node-b, want the VM's %s", got, addr)
-	}
-	log, _ = c.Kubectl("logs", "vmmove-2")
-	if got, _ := cluster.GuestAddr6(log); got != addr6 {
-		t.Errorf("vmmove-2's guest got %s by DHCPv6 on node-b, want the VM's %s", got, addr6)
-	}
+	startVMWith(t, "vmmove-2", "node-b", "vmmove", addr, addr6)
 	if l := waitVMLease(t, b, "default/vmmove", leases.StateBound); l.MAC != mac || !l.Home.Contains(addr) {
 		t.Errorf("node-b's lease %+v, want the VM's MAC %s and its home subnet", l, mac)
 	}
@@ -286,24 +294,17 @@ func TestVMMove(t *testing.T) {
 	killed := make(chan error, 1)
 	go func() {
 		for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-			if snap, err := leases.Read(cn.File("/var/lib/vmlane/leases.json")); err == nil {
-				for _, l := range snap.Leases() {
-					if l.VMName == "default/vmmove" {
-						_, err := cn.Signal("vmlaned", syscall.SIGKILL)
-						killed <- err
-						return
-					}
-				}
+			if hasVMLease(cn, "default/vmmove") {
+				_, err := cn.Signal("vmlaned", syscall.SIGKILL)
+				killed <- err
+				return
 			}
 		}
 		killed <- fmt.Errorf("no lease of default/vmmove on node-c")
 	}()
-	c.StartVMPod(t, "vmmove-3", "node-c", cluster.VMGuest{VM: "vmmove"})
+	startVMWith(t, "vmmove-3", "node-c", "vmmove", addr, addr6)
 	if err := <-killed; err != nil {
 		t.Fatalf("killing vmlaned on node-c during the move: %v", err)
-	}
-	if got := c.WaitGuest(t, "vmmove-3"); got != addr {
-		t.Fatalf("vmmove-3's guest got %s on node-c after vmlaned's crash, want %s", got, addr)
 	}
 	cluster.WaitFor(t, 2*time.Minute, "VMClaim default/vmmove on node-c after node-c's vmlaned restarted", func() (bool, string) {
 		out, _ := c.Kubectl("get", "vmclaim", "vmmove", "-o", "jsonpath={.status.node} {.status.pod}")
@@ -344,12 +345,8 @@ func watchMove(t *testing.T, to *cluster.RealNode, vm string, addr, addr6 netip.
 		var added time.Time
 		for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 			if added.IsZero() {
-				if snap, err := leases.Read(to.File("/var/lib/vmlane/leases.json")); err == nil {
-					for _, l := range snap.Leases() {
-						if l.VMName == vm && l.State != leases.StateHeld {
-							added = time.Now()
-						}
-					}
+				if hasVMLease(to, vm) {
+					added = time.Now()
 				}
 				continue
 			}
