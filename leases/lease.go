@@ -339,11 +339,13 @@ func (f *File) validate6() error {
 			}
 			continue
 		}
-		switch {
-		case !f.Subnet6.IsValid() && !l.Home6.IsValid():
+		if !f.Subnet6.IsValid() && !l.Home6.IsValid() {
 			return fmt.Errorf("lease %d: ip6 %s but the file has no subnet6", i, l.IP6)
-		case checkHome(l.IP6, l.Home6, f.Subnet6, "ip6", "home6", "subnet6") != nil:
-			return fmt.Errorf("lease %d: %w", i, checkHome(l.IP6, l.Home6, f.Subnet6, "ip6", "home6", "subnet6"))
+		}
+		if err := checkHome(l.IP6, l.Home6, f.Subnet6, "ip6", "home6", "subnet6"); err != nil {
+			return fmt.Errorf("lease %d: %w", i, err)
+		}
+		switch {
 		case l.IP6 == f.Gateway6:
 			return fmt.Errorf("lease %d: ip6 %s is the gateway", i, l.IP6)
 		}

@@ -113,6 +113,27 @@ func Open(path string, subnet netip.Prefix, gateway netip.Addr, opts ...Option) 
 	return s, nil
 }
 
+// OpenRecorded opens a store for the lease file at path in the subnets the
+// file itself records (subnet, gateway, and subnet6 and gateway6 when it
+// has them), for a writer that has no network config of its own or whose
+// config names another subnet: vmlanectl, a DEL after the node's podCIDR
+// changed. The file must exist and read; opts come after the subnets.
+func OpenRecorded(path string, opts ...Option) (*Store, error) {
+	snap, err := Read(path)
+	if err != nil {
+		return nil, err
+	}
+	f := snap.File
+	if f.Subnet6.IsValid() {
+		opts = append([]Option{WithSubnet6(f.Subnet6, f.Gateway6)}, opts...)
+	}
+	s, err := Open(path, f.Subnet, f.Gateway, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("lease file %s records subnet %s, gateway %s: %w", path, f.Subnet, f.Gateway, err)
+	}
+	return s, nil
+}
+
 func checkSubnet(subnet netip.Prefix, gateway netip.Addr) error {
 	if !subnet.IsValid() {
 		return errors.New("subnet is not a valid CIDR")

@@ -174,12 +174,12 @@ func (tx *Tx) moveIn(req ReserveRequest) (Lease, error) {
 		}
 	}
 	l := Lease{
-		MAC: req.MAC, IP: ip, IP6: req.IP6, Home: req.Home, Home6: netip.Prefix{},
+		MAC: req.MAC, IP: ip, IP6: req.IP6, Home: req.Home,
 		State: StateReserved, Source: req.Source,
 		ContainerID: req.Key.ContainerID, IfName: req.Key.IfName, NetNS: req.NetNS, BridgePort: req.BridgePort,
 		VM: req.VM, VMName: req.VMName, Pod: req.Pod, Hostname: req.Hostname, Created: tx.now,
 	}
-	if req.IP6.IsValid() {
+	if req.IP6.IsValid() { // a home6 without an ip6 is nothing's
 		l.Home6 = req.Home6
 	}
 	tx.mustWrite()

@@ -95,7 +95,7 @@ func (c *Config) release(key leases.Key, log *slog.Logger) (leases.Lease, bool, 
 	l, ok, err := store.Release(key)
 	if errors.Is(err, leases.ErrSubnetChanged) {
 		log.Warn("lease file holds another subnet than the network config (podCIDR changed?): releasing in the file's subnet", "err", err)
-		l, ok, err = releaseInFileSubnet(c.LeaseFile, key)
+		l, ok, err = releaseInFileSubnet(c, key)
 	}
 	switch {
 	case errors.Is(err, leases.ErrCorrupt):
@@ -107,17 +107,12 @@ func (c *Config) release(key leases.Key, log *slog.Logger) (leases.Lease, bool, 
 	return l, ok, nil
 }
 
-// releaseInFileSubnet releases key from the lease file at path in the
-// subnet the file itself records.
-func releaseInFileSubnet(path string, key leases.Key) (leases.Lease, bool, error) {
-	snap, err := leases.Read(path)
+// releaseInFileSubnet releases key from the lease file in the subnets the
+// file itself records, holding a VM's lease for the config's hold time.
+func releaseInFileSubnet(c *Config, key leases.Key) (leases.Lease, bool, error) {
+	store, err := leases.OpenRecorded(c.LeaseFile, leases.WithVMHold(c.VMHold))
 	if err != nil {
 		return leases.Lease{}, false, fmt.Errorf("%w: %v", leases.ErrCorrupt, err)
-	}
-	store, err := leases.Open(path, snap.File.Subnet, snap.File.Gateway)
-	if err != nil {
-		return leases.Lease{}, false, fmt.Errorf("%w: lease file %s records subnet %s, gateway %s: %v",
-			leases.ErrCorrupt, path, snap.File.Subnet, snap.File.Gateway, err)
 	}
 	return store.Release(key)
 }

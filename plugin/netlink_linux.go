@@ -17,6 +17,7 @@ import (
 	"github.com/vmlane/vmlane/internal/antispoof"
 	"github.com/vmlane/vmlane/internal/bridge"
 	"github.com/vmlane/vmlane/internal/kernel"
+	"github.com/vmlane/vmlane/internal/netaddr"
 	"github.com/vmlane/vmlane/internal/sysctl"
 )
 
@@ -377,7 +378,7 @@ func (netlinkDataplane) RouteHost(bridgeName string, dst netip.Prefix) error {
 	}
 	return netlink.RouteReplace(&netlink.Route{
 		LinkIndex: br.Attrs().Index,
-		Dst:       &net.IPNet{IP: dst.Addr().AsSlice(), Mask: net.CIDRMask(dst.Bits(), dst.Addr().BitLen())},
+		Dst:       netaddr.IPNet(dst),
 		Scope:     netlink.SCOPE_LINK,
 		Protocol:  netlink.RouteProtocol(HostRouteProtocol),
 		Table:     unix.RT_TABLE_MAIN,
@@ -396,7 +397,7 @@ func (netlinkDataplane) UnrouteHost(bridgeName string, dst netip.Prefix) error {
 	// zero value, would miss this scope-link route).
 	err = netlink.RouteDel(&netlink.Route{
 		LinkIndex: br.Attrs().Index,
-		Dst:       &net.IPNet{IP: dst.Addr().AsSlice(), Mask: net.CIDRMask(dst.Bits(), dst.Addr().BitLen())},
+		Dst:       netaddr.IPNet(dst),
 		Scope:     netlink.SCOPE_LINK,
 		Protocol:  netlink.RouteProtocol(HostRouteProtocol),
 		Table:     unix.RT_TABLE_MAIN,

@@ -10,6 +10,8 @@ import (
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/vmlane/vmlane/internal/netaddr"
 )
 
 // netlinkTable is the kernel's main table through one netlink handle (a
@@ -50,10 +52,6 @@ func toPrefix(n *net.IPNet) netip.Prefix {
 	return netip.PrefixFrom(a.Unmap(), ones)
 }
 
-func toIPNet(p netip.Prefix) *net.IPNet {
-	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
-}
-
 func (t netlinkTable) List() ([]KernelRoute, error) {
 	var out []KernelRoute
 	names := map[int]string{}
@@ -90,7 +88,7 @@ func (t netlinkTable) List() ([]KernelRoute, error) {
 
 func (t netlinkTable) Replace(dst netip.Prefix, via netip.Addr, proto int) error {
 	return t.h.RouteReplace(&netlink.Route{
-		Dst:      toIPNet(dst),
+		Dst:      netaddr.IPNet(dst),
 		Gw:       via.AsSlice(),
 		Protocol: netlink.RouteProtocol(proto),
 		Table:    unix.RT_TABLE_MAIN,
@@ -106,7 +104,7 @@ func (t netlinkTable) ReplaceAll(rs []Route, proto int) []error {
 }
 
 func (t netlinkTable) Delete(r KernelRoute) error {
-	nr := &netlink.Route{Dst: toIPNet(r.Dst), Protocol: netlink.RouteProtocol(r.Proto), Table: unix.RT_TABLE_MAIN}
+	nr := &netlink.Route{Dst: netaddr.IPNet(r.Dst), Protocol: netlink.RouteProtocol(r.Proto), Table: unix.RT_TABLE_MAIN}
 	if r.Via.IsValid() {
 		nr.Gw = r.Via.AsSlice()
 	}

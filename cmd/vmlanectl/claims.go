@@ -102,21 +102,12 @@ func (c *cli) claimsRelease(path, vm string) error {
 	if err != nil {
 		return &usageError{msg: err.Error()}
 	}
-	snap, err := leases.Read(path)
+	store, err := leases.OpenRecorded(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("lease file %s does not exist: no VM holds addresses here", path)
 	}
 	if err != nil {
 		return err
-	}
-	f := snap.File
-	var opts []leases.Option
-	if f.Subnet6.IsValid() {
-		opts = append(opts, leases.WithSubnet6(f.Subnet6, f.Gateway6))
-	}
-	store, err := leases.Open(path, f.Subnet, f.Gateway, opts...)
-	if err != nil {
-		return fmt.Errorf("lease file %s, subnet %s: %w", path, f.Subnet, err)
 	}
 	var l leases.Lease
 	var ok bool

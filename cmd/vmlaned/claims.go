@@ -183,3 +183,30 @@ func checkClaim(c claim, cluster []netip.Prefix) (v4, v6 netip.Prefix, err error
 	}
 	return v4, v6, nil
 }
+
+// proxyDiff is what keeps the bridge's NDP proxy entries of subnet6 (its
+// own IPv6 pod subnet) exactly want's addresses of subnet6: entries to add
+// and to delete. Entries of other prefixes are not vmlane's and stay.
+func proxyDiff(have, want []netip.Addr, subnet6 netip.Prefix) (add, del []netip.Addr) {
+	wanted := map[netip.Addr]bool{}
+	for _, a := range want {
+		if a.IsValid() && subnet6.Contains(a) {
+			wanted[a] = true
+		}
+	}
+	for _, a := range have {
+		if !subnet6.Contains(a) {
+			continue
+		}
+		if wanted[a] {
+			delete(wanted, a)
+		} else {
+			del = append(del, a)
+		}
+	}
+	for a := range wanted {
+		add = append(add, a)
+	}
+	slices.SortFunc(add, netip.Addr.Compare)
+	return add, del
+}

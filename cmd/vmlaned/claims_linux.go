@@ -59,6 +59,8 @@ type claimsSync struct {
 	// that stays bad is logged once.
 	warned map[string]string
 	mirror []byte
+	// proxies is the bridge's NDP proxy table (netlinkProxies).
+	proxies neighProxies
 }
 
 // runClaims runs claimsSync until ctx ends. Without the VMClaim CRD
@@ -80,7 +82,7 @@ func runClaims(ctx context.Context, dyn dynamic.Interface, c *config, subnet net
 	if inf == nil {
 		return
 	}
-	s := &claimsSync{c: c, api: api, claims: inf.GetStore(), store: store, ctrl: ctrl, log: log, warned: map[string]string{}}
+	s := &claimsSync{c: c, api: api, claims: inf.GetStore(), store: store, ctrl: ctrl, log: log, warned: map[string]string{}, proxies: netlinkProxies{}}
 	poll := time.NewTicker(claimsPoll)
 	defer poll.Stop()
 	var lastStat os.FileInfo
@@ -200,30 +202,24 @@ func (s *claimsSync) pass(ctx context.Context) {
 	}
 
 	vms, mirror, lent := s.apply(have)
-	var lent4, lent6 []netip.Prefix
-	for _, c := range lent { // checked by apply
-		v4, _ := netip.ParsePrefix(c.Status.IPv4)
-		v6, _ := netip.ParsePrefix(c.Status.IPv6)
-		lent4, lent6 = append(lent4, v4), append(lent6, v6)
-	}
 	s.writeMirror(mirror)
 	s.ctrl.SetVMs(vms)
-	s.holdLent(lent, lent4, lent6)
-	s.proxyLent(lent6)
+	s.holdLent(lent)
+	s.proxyLent(lent)
 }
 
 // apply sorts the claims into what the node uses: the VMs the route
 // controller routes, the plugin's copy, and (on a node with a lease store)
 // the claims of VMs running elsewhere whose addresses are of this node's
 // subnet. A claim that does not check out is said once and left out.
-func (s *claimsSync) apply(have []claim) ([]routes.VM, plugin.ClaimsFile, []claim) {
+func (s *claimsSync) apply(have []claim) ([]routes.VM, plugin.ClaimsFile, []plugin.NodeClaim) {
 	cluster := s.c.ClusterCIDRs
 	if len(cluster) == 0 {
 		cluster = s.ctrl.PodCIDRs()
 	}
 	mirror := plugin.ClaimsFile{Version: 1}
 	var vms []routes.VM
-	var lent []claim
+	var lent []plugin.NodeClaim
 	for _, c := range have {
 		v4, v6, err := checkClaim(c, cluster)
 		if err != nil {
@@ -231,14 +227,15 @@ func (s *claimsSync) apply(have []claim) ([]routes.VM, plugin.ClaimsFile, []clai
 			continue
 		}
 		delete(s.warned, c.VM)
-		mirror.Claims = append(mirror.Claims, plugin.NodeClaim{VM: c.VM, IPv4: v4, IPv6: v6, MAC: c.Status.MAC, Node: c.Status.Node})
+		nc := plugin.NodeClaim{VM: c.VM, IPv4: v4, IPv6: v6, MAC: c.Status.MAC, Node: c.Status.Node}
+		mirror.Claims = append(mirror.Claims, nc)
 		vm := routes.VM{Name: c.VM, Node: c.Status.Node, Addrs: []netip.Addr{v4.Addr()}}
 		if v6.IsValid() {
 			vm.Addrs = append(vm.Addrs, v6.Addr())
 		}
 		vms = append(vms, vm)
 		if s.store != nil && c.Status.Node != s.c.NodeName && s.store.Subnet().Contains(v4.Addr()) {
-			lent = append(lent, c)
+			lent = append(lent, nc)
 		}
 	}
 	return vms, mirror, lent
@@ -306,18 +303,18 @@ func (s *claimsSync) writeMirror(f plugin.ClaimsFile) {
 // elsewhere hold out of use here: a held lease each, renewed every pass
 // (the store's hold time from now), so a VM that stays away keeps them
 // and one whose claim goes gives them back after the hold time.
-func (s *claimsSync) holdLent(lent []claim, v4, v6 []netip.Prefix) {
+func (s *claimsSync) holdLent(lent []plugin.NodeClaim) {
 	if len(lent) == 0 {
 		return
 	}
 	err := s.store.Update(func(tx *leases.Tx) error {
-		for i, c := range lent {
+		for _, c := range lent {
 			var ip6 netip.Addr
-			if v6[i].IsValid() && s.store.Subnet6().Contains(v6[i].Addr()) {
-				ip6 = v6[i].Addr()
+			if s.store.Subnet6().Contains(c.IPv6.Addr()) {
+				ip6 = c.IPv6.Addr()
 			}
-			if err := tx.HoldFor(c.VM, v4[i].Addr(), ip6, c.Status.MAC); err != nil {
-				s.warnOnce(c.VM, fmt.Sprintf("holding VM %s's addresses of this node's subnet while it runs on %s: %v", c.VM, c.Status.Node, err))
+			if err := tx.HoldFor(c.VM, c.IPv4.Addr(), ip6, c.MAC); err != nil {
+				s.warnOnce(c.VM, fmt.Sprintf("holding VM %s's addresses of this node's subnet while it runs on %s: %v", c.VM, c.Node, err))
 			}
 		}
 		return nil
@@ -333,46 +330,91 @@ func (s *claimsSync) holdLent(lent []claim, v4, v6 []netip.Prefix) {
 // for it by neighbour solicitation, and the node answers and routes it.
 // (IPv4 needs no entries: proxy ARP answers for every address the node
 // routes off the bridge.)
-func (s *claimsSync) proxyLent(v6 []netip.Prefix) {
+func (s *claimsSync) proxyLent(lent []plugin.NodeClaim) {
 	sub6 := s.store.Subnet6()
 	if !sub6.IsValid() {
 		return
 	}
-	br, err := netlink.LinkByName(s.c.Bridge)
+	have, err := s.proxies.List(s.c.Bridge)
 	if err != nil {
-		s.log.Warn("NDP proxy entries", "bridge", s.c.Bridge, "err", err)
+		s.log.Warn("listing NDP proxy entries", "bridge", s.c.Bridge, "err", err)
 		return
 	}
-	want := map[netip.Addr]bool{}
-	for _, p := range v6 {
-		if p.IsValid() && sub6.Contains(p.Addr()) {
-			want[p.Addr()] = true
-		}
+	var want []netip.Addr
+	for _, c := range lent {
+		want = append(want, c.IPv6.Addr())
 	}
-	have, err := netlink.NeighProxyList(br.Attrs().Index, netlink.FAMILY_V6)
-	if err != nil {
-		s.log.Warn("listing NDP proxy entries", "err", err)
-		return
-	}
-	for _, n := range have {
-		a, ok := netip.AddrFromSlice(n.IP)
-		if !ok || !sub6.Contains(a) {
-			continue
-		}
-		if want[a] {
-			delete(want, a)
-			continue
-		}
-		if err := netlink.NeighDel(&n); err != nil {
+	add, del := proxyDiff(have, want, sub6)
+	for _, a := range del {
+		if err := s.proxies.Del(s.c.Bridge, a); err != nil {
 			s.log.Warn("removing NDP proxy entry", "addr", a, "err", err)
 		}
 	}
-	for a := range want {
-		n := &netlink.Neigh{LinkIndex: br.Attrs().Index, Family: netlink.FAMILY_V6, Flags: netlink.NTF_PROXY, IP: a.AsSlice()}
-		if err := netlink.NeighSet(n); err != nil {
+	for _, a := range add {
+		if err := s.proxies.Add(s.c.Bridge, a); err != nil {
 			s.log.Warn("adding NDP proxy entry", "addr", a, "err", err)
 		}
 	}
+}
+
+// neighProxies is the bridge's NDP proxy table (`ip -6 neigh … proxy`);
+// netlinkProxies is the kernel's, tests use a fake.
+type neighProxies interface {
+	List(bridge string) ([]netip.Addr, error)
+	Add(bridge string, a netip.Addr) error
+	Del(bridge string, a netip.Addr) error
+}
+
+type netlinkProxies struct{}
+
+func (netlinkProxies) index(bridge string) (int, error) {
+	br, err := netlink.LinkByName(bridge)
+	if err != nil {
+		return 0, err
+	}
+	return br.Attrs().Index, nil
+}
+
+func (p netlinkProxies) List(bridge string) ([]netip.Addr, error) {
+	idx, err := p.index(bridge)
+	if err != nil {
+		return nil, err
+	}
+	ns, err := netlink.NeighProxyList(idx, netlink.FAMILY_V6)
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, n := range ns {
+		if a, ok := netip.AddrFromSlice(n.IP); ok {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+func (p netlinkProxies) neigh(bridge string, a netip.Addr) (*netlink.Neigh, error) {
+	idx, err := p.index(bridge)
+	if err != nil {
+		return nil, err
+	}
+	return &netlink.Neigh{LinkIndex: idx, Family: netlink.FAMILY_V6, Flags: netlink.NTF_PROXY, IP: a.AsSlice()}, nil
+}
+
+func (p netlinkProxies) Add(bridge string, a netip.Addr) error {
+	n, err := p.neigh(bridge, a)
+	if err != nil {
+		return err
+	}
+	return netlink.NeighSet(n)
+}
+
+func (p netlinkProxies) Del(bridge string, a netip.Addr) error {
+	n, err := p.neigh(bridge, a)
+	if err != nil {
+		return err
+	}
+	return netlink.NeighDel(n)
 }
 
 // applyClaim makes one call of the plan; update and delete only if the

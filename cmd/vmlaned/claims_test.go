@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/vmlane/vmlane/leases"
 )
@@ -77,5 +78,26 @@ func TestPlanClaims(t *testing.T) {
 				t.Errorf("conflicts %v, want %v", conflicts, tc.conflict)
 			}
 		})
+	}
+}
+
+func TestProxyDiff(t *testing.T) {
+	sub6 := netip.MustParsePrefix("fd00:10:244:1::/64")
+	a := func(s ...string) []netip.Addr {
+		var out []netip.Addr
+		for _, x := range s {
+			out = append(out, netip.MustParseAddr(x))
+		}
+		return out
+	}
+	add, del := proxyDiff(
+		a("fd00:10:244:1::5", "fd00:10:244:1::9", "fd00:99::1"),                             // have: one kept, one stale, one not ours
+		append(a("fd00:10:244:1::5", "fd00:10:244:1::7", "fd00:10:244:2::3"), netip.Addr{}), // want: one of another subnet, one missing
+		sub6)
+	if diff := cmp.Diff(a("fd00:10:244:1::7"), add, cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+		t.Errorf("add (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(a("fd00:10:244:1::9"), del, cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+		t.Errorf("del (-want +got):\n%s", diff)
 	}
 }

@@ -4,7 +4,10 @@
 // library only, so leases may use it.
 package netaddr
 
-import "net/netip"
+import (
+	"net"
+	"net/netip"
+)
 
 // LastAddr is the last address of p: its broadcast address for IPv4.
 func LastAddr(p netip.Prefix) netip.Addr {
@@ -22,4 +25,9 @@ func LastAddr(p netip.Prefix) netip.Addr {
 	}
 	a, _ := netip.AddrFromSlice(b)
 	return a
+}
+
+// IPNet is p as the net package (and netlink) spells a prefix.
+func IPNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
