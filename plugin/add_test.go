@@ -23,7 +23,7 @@ func TestPluginAdd(t *testing.T) {
 		r := h.mustAdd(a, nil)
 		h.wantState(concat(bridgeState, plainState("a", "10.244.3.2")))
 		h.wantLeases("10.244.3.2 mac=02:76:0a:f4:03:02 reserved cni attachment=a/eth0 netns=/run/netns/a pod=default/web-0 uid=uid-a hostname=web-0")
-		want := []string{"vmlane0 02:76:0a:f4:03:01 ", a.veth() + " " + fakeMAC("", a.veth()) + " ", "eth0 02:76:0a:f4:03:02 /run/netns/a"}
+		want := []string{"vmlane0 02:76:00:00:00:01 ", a.veth() + " " + fakeMAC("", a.veth()) + " ", "eth0 02:76:0a:f4:03:02 /run/netns/a"}
 		if diff := cmp.Diff(want, ifaceLines(r)); diff != "" {
 			t.Errorf("result interfaces (-want +got):\n%s", diff)
 		}
@@ -37,7 +37,7 @@ func TestPluginAdd(t *testing.T) {
 		h.wantState(concat(bridgeState, vmState("a", "10.244.3.2", "02:76:0a:f4:03:02")))
 		h.wantLeases("10.244.3.2 mac=02:76:0a:f4:03:02 reserved cni attachment=a/eth0 netns=/run/netns/a pod=default/web-0 uid=uid-a hostname=web-0")
 		want := []string{
-			"vmlane0 02:76:0a:f4:03:01 ",
+			"vmlane0 02:76:00:00:00:01 ",
 			a.veth() + " " + fakeMAC("", a.veth()) + " ",
 			"eth0 " + fakeMAC("/run/netns/a", "eth0") + " /run/netns/a",
 			"tap0 02:76:0a:f4:03:02 /run/netns/a",
@@ -55,7 +55,7 @@ func TestPluginAdd(t *testing.T) {
 		if !slices.Contains(h.dp.state(), "ip -n /run/netns/a tuntap add vmtap mode tap vnet_hdr multi_queue") {
 			t.Errorf("no multi-queue TAP named vmtap:\n%s", strings.Join(h.dp.state(), "\n"))
 		}
-		if !slices.Contains(h.dp.state(), "ip link set br-vm address 02:76:0a:f4:03:01 mtu 9000 up") {
+		if !slices.Contains(h.dp.state(), "ip link set br-vm address 02:76:00:00:00:01 mtu 9000 up") {
 			t.Errorf("bridge br-vm not at mtu 9000:\n%s", strings.Join(h.dp.state(), "\n"))
 		}
 	})
@@ -241,7 +241,7 @@ func TestPluginAddAfterInterruptedAdd(t *testing.T) {
 			if _, err := s.Reserve(leases.ReserveRequest{Key: a.key(), MACFor: DeriveMAC, NetNS: a.netns}); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := h.dp.EnsureBridge("vmlane0", netip.MustParsePrefix("10.244.3.1/24"), 1500, "02:76:0a:f4:03:01"); err != nil {
+			if _, err := h.dp.EnsureBridge("vmlane0", netip.MustParsePrefix("10.244.3.1/24"), 1500, GatewayMAC); err != nil {
 				t.Fatal(err)
 			}
 			if _, _, err := h.dp.SetupVeth(a.netns, a.ifname, a.veth(), "vmlane0", 1500, "", false); err != nil {

@@ -260,6 +260,9 @@ func ParseConfig(stdin []byte, defaultMTU func() int) (*Config, error) {
 		if c.MAC == "00:00:00:00:00:00" {
 			return nil, configError("runtimeConfig.mac", m, "is the all-zero address")
 		}
+		if c.MAC == GatewayMAC {
+			return nil, configError("runtimeConfig.mac", m, "is the MAC of vmlane's gateway, the node's bridge")
+		}
 	}
 	for _, s := range c.RuntimeConfig.IPs {
 		a, err := parseIPOrCIDR(s)

@@ -202,6 +202,7 @@ func TestConfigErrors(t *testing.T) {
 		{"runtime mac bad", map[string]any{"runtimeConfig": map[string]any{"mac": "02:76:0a:f4:03"}}, "runtimeConfig.mac", "02:76:0a:f4:03"},
 		{"runtime mac not hex", map[string]any{"runtimeConfig": map[string]any{"mac": "zz:76:0a:f4:03:07"}}, "runtimeConfig.mac", "zz:76:0a:f4:03:07"},
 		{"runtime mac multicast", map[string]any{"runtimeConfig": map[string]any{"mac": "03:76:0a:f4:03:07"}}, "runtimeConfig.mac", "03:76:0a:f4:03:07"},
+		{"runtime mac is the gateway's", map[string]any{"runtimeConfig": map[string]any{"mac": "02:76:00:00:00:01"}}, "runtimeConfig.mac", "02:76:00:00:00:01"},
 		{"runtime mac broadcast", map[string]any{"runtimeConfig": map[string]any{"mac": "ff:ff:ff:ff:ff:ff"}}, "runtimeConfig.mac", "ff:ff:ff:ff:ff:ff"},
 		{"runtime ip outside subnet", map[string]any{"runtimeConfig": map[string]any{"ips": []string{"10.244.4.7/24"}}}, "runtimeConfig.ips", "10.244.4.7/24"},
 		{"runtime ip not an IP", map[string]any{"runtimeConfig": map[string]any{"ips": []string{"ten"}}}, "runtimeConfig.ips", "ten"},

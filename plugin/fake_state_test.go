@@ -16,7 +16,7 @@ import (
 //
 //	sysctl -w net.ipv4.ip_forward=1
 //	ip link add vmlane0 type bridge
-//	ip link set vmlane0 address 02:76:0a:f4:03:01 mtu 1500 up
+//	ip link set vmlane0 address 02:76:00:00:00:01 mtu 1500 up
 //	ip addr add 10.244.3.1/24 dev vmlane0
 //	ip link add vml… type veth peer name eth0 netns /run/netns/a
 //	ip link set vml… master vmlane0 mtu 1500 up

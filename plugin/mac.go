@@ -25,6 +25,17 @@ func DeriveMAC(ip netip.Addr) string {
 	return fmt.Sprintf("%02x:%02x:%02x:%02x:%02x:%02x", macPrefix[0], macPrefix[1], b[12], b[13], b[14], b[15])
 }
 
+// GatewayMAC is the MAC of every node's vmlane bridge: the pods' and VMs'
+// gateway has the same MAC on every node, as OVN-Kubernetes' and Calico's
+// gateways do. Bridges of different nodes share no segment, so nothing
+// sees the two at once; what it buys is a live-migrated guest whose ARP
+// entry for its gateway, and whose IPv6 default router (the bridge's
+// link-local address, fe80::76:ff:fe00:1, made from this MAC), still
+// answer on the node it migrated to, with no wait for the guest's neighbour
+// entries to go stale. It is DeriveMAC of 0.0.0.1, an address no lease
+// ever has, and a runtime may not ask for it (runtimeConfig.mac).
+const GatewayMAC = "02:76:00:00:00:01"
+
 // HostVethName is the host end's name for an attachment: "vml" and 11 hex
 // digits of a hash of the container ID and interface name (14 bytes,
 // under the kernel's limit of 15). Derived rather than random, so DEL and

@@ -149,7 +149,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 			return err
 		}
 		gw := netip.PrefixFrom(c.GatewayAddr, c.SubnetPrefix.Bits())
-		br, err := p.dp.EnsureBridge(c.Bridge, gw, c.MTU, DeriveMAC(c.GatewayAddr))
+		br, err := p.dp.EnsureBridge(c.Bridge, gw, c.MTU, GatewayMAC)
 		var nb *bridge.NotBridgeError
 		if errors.As(err, &nb) {
 			return configError("bridge", c.Bridge, fmt.Sprintf("is an existing link of type %q, not a bridge", nb.Type))

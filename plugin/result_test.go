@@ -132,7 +132,7 @@ func resultConfig(t *testing.T, vm bool) *Config {
 func resultAttached(vm bool) Attached {
 	const netns = "/var/run/netns/cni-1234"
 	a := Attached{
-		Bridge:   Link{Name: "vmlane0", MAC: "02:76:0a:f4:03:01", MTU: 1450},
+		Bridge:   Link{Name: "vmlane0", MAC: GatewayMAC, MTU: 1450},
 		HostVeth: Link{Name: "vml95d930c5a66", MAC: "ee:d1:4c:52:9b:10", MTU: 1450},
 		PodVeth:  Link{Name: "eth0", MAC: "02:76:0a:f4:03:07", MTU: 1450, Sandbox: netns},
 	}

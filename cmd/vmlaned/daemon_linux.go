@@ -132,7 +132,7 @@ func setupNode(c *config, subnet netip.Prefix, log *slog.Logger) (int, error) {
 	if mtu == 0 {
 		mtu = 1500
 	}
-	if _, err := bridge.Ensure(c.Bridge, netip.PrefixFrom(gw, subnet.Bits()), mtu, plugin.DeriveMAC(gw)); err != nil {
+	if _, err := bridge.Ensure(c.Bridge, netip.PrefixFrom(gw, subnet.Bits()), mtu, plugin.GatewayMAC); err != nil {
 		return 0, fmt.Errorf("setting up bridge %s: %w", c.Bridge, err)
 	}
 	ensureForwarding(subnet, log)
