@@ -112,13 +112,13 @@ e2e-hybrid: deps guest controlplane realnode flannel image cni-reference build
 	$(TEST_ENV) $(GO) test -tags e2e -count=1 -timeout 30m -v ./e2e/hybrid/ 2>&1 | tee /tmp/vmlane-e2e-hybrid.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|e2e-hybrid:|•|    )' ; \
 	rc=$${PIPESTATUS[0]}; echo "e2e-hybrid: $$(( $$(date +%s) - start ))s in all (log: /tmp/vmlane-e2e-hybrid.log)"; exit $$rc
 
-## e2e-real: the real-node suite alone (containerd, kubelet, the DaemonSet, pods made with kubectl)
+## e2e-real: the real-node suite alone (containerd, kubelet, the DaemonSet, pods made with kubectl); RUN=REGEXP runs only the tests it matches
 e2e-real: deps guest controlplane realnode image cni-reference build
 	@# The images the nodes import, checked whole (the unit run, under
 	@# -race, reads only the small ones).
 	VMLANE_IMAGE_DIR=$(CACHE)/images $(GO) test -count=1 -run '^TestBuiltImages$$' ./internal/imagebuild
 	@start=$$(date +%s); \
-	$(TEST_ENV) $(GO) test -tags e2e -count=1 -timeout 30m -v ./e2e/realnode/ 2>&1 | tee /tmp/vmlane-e2e-real.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|e2e-realnode:|•|    )' ; \
+	$(TEST_ENV) $(GO) test -tags e2e -count=1 -timeout 30m -v $(if $(RUN),-run '$(RUN)') ./e2e/realnode/ 2>&1 | tee /tmp/vmlane-e2e-real.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|e2e-realnode:|•|    )' ; \
 	rc=$${PIPESTATUS[0]}; echo "e2e-real: $$(( $$(date +%s) - start ))s in all (log: /tmp/vmlane-e2e-real.log)"; exit $$rc
 
 lint:

@@ -12,8 +12,8 @@ import (
 // A VM whose addresses moved in from another node's subnet gets that
 // subnet's mask, broadcast address and gateway (in option 3 and as option
 // 121's default route), as at home; its INIT-REBOOT for the address is
-// ACKed, not NAKed as of the wrong network. Server identifier and the
-// other options are this node's.
+// ACKed, not NAKed as of the wrong network, and so is its rebinding.
+// Server identifier and the other options are this node's.
 func TestMovedInLeaseGetsItsHomeSubnet(t *testing.T) {
 	l := cniLease()
 	l.IP, l.Home = netip.MustParseAddr("10.97.0.5"), netip.MustParsePrefix("10.97.0.0/24")
@@ -48,5 +48,11 @@ func TestMovedInLeaseGetsItsHomeSubnet(t *testing.T) {
 	}
 	if r := handle(t, h, initReboot(t, cniMAC, l.IP)); r == nil || r.MessageType() != dhcpv4.MessageTypeAck {
 		t.Errorf("INIT-REBOOT of the moved-in address: %v (naks %v)", r, d.nak)
+	}
+	// A live-migrated guest's renewal went to its home node's server,
+	// which no longer answers for it; its rebinding (ciaddr, broadcast)
+	// reaches this one.
+	if r := handle(t, h, renewing(t, cniMAC, l.IP)); r == nil || r.MessageType() != dhcpv4.MessageTypeAck {
+		t.Errorf("REBINDING of the moved-in address: %v (naks %v)", r, d.nak)
 	}
 }

@@ -97,9 +97,11 @@ func leaseClaims(f *leases.File, node string) map[string]claimStatus {
 //   - a VM attached here whose claim says it is held, or names another
 //     pod of this node, or a node that is gone or not Ready: the VM is
 //     here now (update). One whose claim names a pod on another node
-//     that is up is a live migration's target: the claim stays with the
-//     source until the source's pod goes (its node then says it is
-//     held, and this node takes it at its next pass);
+//     that is up is in a live migration (migrating): the claim stays
+//     where it is until this node hears the guest on its bridge (heard:
+//     the guest runs here now, and announced itself), or until the other
+//     node's pod goes (its node then says it is held, and this node takes
+//     it at its next pass);
 //   - a VM held here whose claim still says it is attached here, or names
 //     another hold time: update; one whose claim names another node is
 //     that node's (the VM moved on; this node's held lease only keeps the
@@ -108,7 +110,7 @@ func leaseClaims(f *leases.File, node string) map[string]claimStatus {
 //     time ended, or vmlanectl claims release): delete it;
 //   - a lease and claim that disagree on the addresses: a conflict,
 //     reported, and the claim left as it is.
-func planClaims(want map[string]claimStatus, have []claim, node string, nodeUp func(string) bool) ([]claimAction, []claimConflict) {
+func planClaims(want map[string]claimStatus, have []claim, node string, nodeUp func(string) bool, heard map[string]bool) ([]claimAction, []claimConflict) {
 	byVM := make(map[string]claim, len(have))
 	for _, c := range have {
 		byVM[c.VM] = c
@@ -128,10 +130,10 @@ func planClaims(want map[string]claimStatus, have []claim, node string, nodeUp f
 			acts = append(acts, claimAction{Op: "create", VM: vm, Status: w})
 		case c.Status.IPv4 != w.IPv4 || c.Status.MAC != w.MAC || (c.Status.IPv6 != w.IPv6 && c.Status.IPv6 != "" && w.IPv6 != ""):
 			conflicts = append(conflicts, claimConflict{VM: vm, Lease: w, Claim: c.Status})
-		case w.Pod != "" && c.Status.Node != node && c.Status.Pod != "" && nodeUp(c.Status.Node):
-			// The VM runs on another node too: this pod is a
-			// migration's target, and the claim (and the routes)
-			// stay with the source until its pod goes.
+		case migrating(w, c.Status, node, nodeUp) && !heard[vm]:
+			// The VM has a pod on another node too: a live
+			// migration, whose claim (and routes) stay with the
+			// node that has them until the guest is heard here.
 		case w.Pod != "" && c.Status != w:
 			acts = append(acts, claimAction{Op: "update", VM: vm, Status: w, ResourceVersion: c.ResourceVersion})
 		case w.Pod == "" && c.Status.Node == node && c.Status != w:
@@ -144,6 +146,79 @@ func planClaims(want map[string]claimStatus, have []claim, node string, nodeUp f
 		}
 	}
 	return acts, conflicts
+}
+
+// migrating reports whether a VM attached here (want) has a claim that
+// names a pod of it on another node that is up: a live migration, this node
+// its target or (once the claim moved on) its source.
+func migrating(want, have claimStatus, node string, nodeUp func(string) bool) bool {
+	return want.Pod != "" && have.Node != node && have.Pod != "" && nodeUp(have.Node)
+}
+
+// announceMargin is how long after a node starts waiting for a migrating
+// VM's guest a frame from it must come to count as the guest running here.
+// The source's last frames come before the claim moves to the target, the
+// migration's end and an API round trip earlier; the margin keeps them
+// from counting on the source, with the bridge's 10 ms clock ticks.
+const announceMargin = 100 * time.Millisecond
+
+// retakeAfter is how soon a node may take a VM's claim by hearing its guest
+// again after it last did and lost the claim since: two guests with one
+// MAC running on two nodes (two pods of a VM that is not migrating, each
+// with a running guest) would otherwise pull the routes to and fro at
+// every frame.
+const retakeAfter = 30 * time.Second
+
+// announcements is what a node remembers of live migrations between its
+// claims passes: since when it has waited for each migrating VM's guest,
+// and when it last took a claim by hearing a guest.
+type announcements struct {
+	waiting map[string]time.Time // VM -> since when
+	took    map[string]time.Time // VM -> when
+}
+
+// heard takes this pass's migrating VMs (VM -> MAC, see migrating) and when
+// this node's bridge last had a frame from each MAC (lastFrame; a MAC it
+// never had is absent), and says whose guests run here now: a frame from
+// the guest came at least announceMargin after this node started waiting
+// for it. A VM first seen waiting now is not heard: frames from before the
+// wait prove nothing. flapping names the VMs heard here again within
+// retakeAfter of this node last taking their claim this way, after it lost
+// the claim: those are not heard, and the caller says why.
+func (a *announcements) heard(migrating map[string]string, lastFrame map[string]time.Time, now time.Time) (heard map[string]bool, flapping []string) {
+	if a.waiting == nil {
+		a.waiting, a.took = map[string]time.Time{}, map[string]time.Time{}
+	}
+	for vm := range a.waiting {
+		if _, ok := migrating[vm]; !ok {
+			delete(a.waiting, vm)
+		}
+	}
+	for vm, t := range a.took {
+		if now.Sub(t) >= retakeAfter {
+			delete(a.took, vm)
+		}
+	}
+	heard = map[string]bool{}
+	for vm, mac := range migrating {
+		since, ok := a.waiting[vm]
+		if !ok {
+			a.waiting[vm] = now
+			continue
+		}
+		last, ok := lastFrame[mac]
+		if !ok || last.Before(since.Add(announceMargin)) {
+			continue
+		}
+		if took, ok := a.took[vm]; ok && since.After(took) {
+			flapping = append(flapping, vm)
+			continue
+		}
+		heard[vm] = true
+		a.took[vm] = now
+	}
+	slices.Sort(flapping)
+	return heard, flapping
 }
 
 // splitVM splits "NAMESPACE/NAME".

@@ -11,9 +11,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -61,6 +63,13 @@ type claimsSync struct {
 	mirror []byte
 	// proxies is the bridge's NDP proxy table (netlinkProxies).
 	proxies neighProxies
+	// frames is the bridge's record of the MACs it heard (netlinkFrames),
+	// ann what the node remembers of live migrations, and awaited the MACs
+	// of migrating guests, for the watcher that wakes a pass when the
+	// bridge first hears one (watchFrames).
+	frames  bridgeFrames
+	ann     announcements
+	awaited awaitedMACs
 }
 
 // runClaims runs claimsSync until ctx ends. Without the VMClaim CRD
@@ -82,7 +91,15 @@ func runClaims(ctx context.Context, dyn dynamic.Interface, c *config, subnet net
 	if inf == nil {
 		return
 	}
-	s := &claimsSync{c: c, api: api, claims: inf.GetStore(), store: store, ctrl: ctrl, log: log, warned: map[string]string{}, proxies: netlinkProxies{}}
+	s := &claimsSync{c: c, api: api, claims: inf.GetStore(), store: store, ctrl: ctrl, log: log, warned: map[string]string{},
+		proxies: netlinkProxies{}, frames: netlinkFrames{}}
+	heardKick := make(chan struct{}, 1)
+	go watchFrames(ctx, &s.awaited, func() {
+		select {
+		case heardKick <- struct{}{}:
+		default:
+		}
+	}, log)
 	poll := time.NewTicker(claimsPoll)
 	defer poll.Stop()
 	var lastStat os.FileInfo
@@ -92,6 +109,7 @@ func runClaims(ctx context.Context, dyn dynamic.Interface, c *config, subnet net
 		case <-ctx.Done():
 			return
 		case <-kick:
+		case <-heardKick:
 		case <-poll.C:
 			st, err := os.Stat(c.LeaseFile)
 			same := err == nil && lastStat != nil && os.SameFile(st, lastStat) && st.ModTime().Equal(lastStat.ModTime()) &&
@@ -99,7 +117,10 @@ func runClaims(ctx context.Context, dyn dynamic.Interface, c *config, subnet net
 			if errors.Is(err, os.ErrNotExist) {
 				same = lastStat == nil && !lastPass.IsZero() // still no lease file
 			}
-			if same && time.Since(lastPass) < claimsResync {
+			// While a live migration waits for its guest, every poll
+			// looks at the bridge (a wake-up from watchFrames is the
+			// fast path; this is the one that cannot be missed).
+			if same && time.Since(lastPass) < claimsResync && s.awaited.empty() {
 				continue
 			}
 			lastStat = st
@@ -189,13 +210,18 @@ func (s *claimsSync) pass(ctx context.Context) {
 		want = leaseClaims(&snap.File, s.c.NodeName)
 	}
 	have := s.list()
-	acts, conflicts := planClaims(want, have, s.c.NodeName, s.nodeUp)
+	heard := s.heard(want, have)
+	acts, conflicts := planClaims(want, have, s.c.NodeName, s.nodeUp, heard)
 	for _, c := range conflicts {
 		s.warnOnce(c.VM, "VM lease and VMClaim disagree; the claim is kept: "+c.String())
 	}
 	for _, a := range acts {
 		if err := applyClaim(ctx, s.api, a); err != nil {
 			s.log.Warn("VMClaim", "action", a.String(), "err", err)
+			continue
+		}
+		if heard[a.VM] {
+			s.log.Info("VMClaim: live migration: the guest is heard on this node's bridge; its routes move here", "action", a.String())
 			continue
 		}
 		s.log.Info("VMClaim", "action", a.String())
@@ -206,6 +232,34 @@ func (s *claimsSync) pass(ctx context.Context) {
 	s.ctrl.SetVMs(vms)
 	s.holdLent(lent)
 	s.proxyLent(lent)
+}
+
+// heard looks for the guests of this node's migrating VMs (see migrating)
+// on the bridge and says which have run here since the node started waiting
+// for them (announcements.heard). It hands their MACs to watchFrames.
+func (s *claimsSync) heard(want map[string]claimStatus, have []claim) map[string]bool {
+	mig := map[string]string{}
+	for _, c := range have {
+		if w, ok := want[c.VM]; ok && migrating(w, c.Status, s.c.NodeName, s.nodeUp) {
+			mac, err := leases.NormalizeMAC(w.MAC)
+			if err == nil {
+				mig[c.VM] = mac
+			}
+		}
+	}
+	s.awaited.set(mig)
+	var last map[string]time.Time
+	if len(mig) > 0 {
+		var err error
+		if last, err = s.frames.LastFrames(s.c.Bridge); err != nil {
+			s.log.Warn("reading the bridge's forwarding database: a live migration's routes move when the source's pod goes", "bridge", s.c.Bridge, "err", err)
+		}
+	}
+	heard, flapping := s.ann.heard(mig, last, time.Now())
+	for _, vm := range flapping {
+		s.warnOnce(vm, fmt.Sprintf("VM %s: its guest is heard on this node's bridge again, %v after this node took its claim and lost it: are two guests with MAC %s running at once? The claim stays where it is for now", vm, retakeAfter, mig[vm]))
+	}
+	return heard
 }
 
 // apply sorts the claims into what the node uses: the VMs the route
@@ -415,6 +469,116 @@ func (p netlinkProxies) Del(bridge string, a netip.Addr) error {
 		return err
 	}
 	return netlink.NeighDel(n)
+}
+
+// bridgeFrames is a bridge's forwarding database, read for when it last
+// had a frame from each MAC it learnt on a port; netlinkFrames is the
+// kernel's, tests use a fake.
+type bridgeFrames interface {
+	LastFrames(bridge string) (map[string]time.Time, error)
+}
+
+// clockTick is the unit of the kernel's "ago" times in neighbour and
+// forwarding entries (clock_t, USER_HZ = 100).
+const clockTick = 10 * time.Millisecond
+
+type netlinkFrames struct{}
+
+// LastFrames reads the bridge's learnt entries (`bridge fdb show br BRIDGE
+// dynamic`): their "updated" time is the last frame from the MAC.
+func (netlinkFrames) LastFrames(bridge string) (map[string]time.Time, error) {
+	br, err := netlink.LinkByName(bridge)
+	if err != nil {
+		return nil, err
+	}
+	var entries []netlink.Neigh
+	for try := 0; ; try++ {
+		entries, err = netlink.NeighListExecute(netlink.Ndmsg{Family: unix.AF_BRIDGE})
+		if !errors.Is(err, netlink.ErrDumpInterrupted) || try == 2 {
+			break
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	out := map[string]time.Time{}
+	for _, n := range entries {
+		if n.MasterIndex != br.Attrs().Index || n.State&(netlink.NUD_PERMANENT|netlink.NUD_NOARP) != 0 || len(n.HardwareAddr) != 6 {
+			continue // another bridge's, or a local or static entry
+		}
+		t := now.Add(-time.Duration(n.Updated) * clockTick)
+		if mac := n.HardwareAddr.String(); t.After(out[mac]) {
+			out[mac] = t
+		}
+	}
+	return out, nil
+}
+
+// awaitedMACs is the set of migrating guests' MACs a claims pass waits to
+// hear, shared with watchFrames.
+type awaitedMACs struct {
+	mu   sync.Mutex
+	macs map[string]bool
+}
+
+func (a *awaitedMACs) set(vms map[string]string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.macs = map[string]bool{}
+	for _, mac := range vms {
+		a.macs[mac] = true
+	}
+}
+
+func (a *awaitedMACs) has(mac string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.macs[mac]
+}
+
+func (a *awaitedMACs) empty() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.macs) == 0
+}
+
+// watchFrames calls poke when a bridge of the node learns an awaited MAC
+// (the kernel says so when a MAC is new to a bridge or comes from another
+// port): a migrated guest's first frames on this node, its gratuitous ARP
+// and unsolicited neighbour advertisements, wake a claims pass at once.
+// It subscribes again after a failure; the pass's poll covers the gap.
+func watchFrames(ctx context.Context, awaited *awaitedMACs, poke func(), log *slog.Logger) {
+	for ctx.Err() == nil {
+		ch := make(chan netlink.NeighUpdate, 64)
+		done := make(chan struct{})
+		err := netlink.NeighSubscribeWithOptions(ch, done, netlink.NeighSubscribeOptions{
+			ErrorCallback: func(err error) { log.Debug("watching the bridge's forwarding database", "err", err) },
+		})
+		if err != nil {
+			log.Warn("watching the bridge's forwarding database: live migrations are noticed by polling", "err", err)
+		} else {
+		updates:
+			for {
+				select {
+				case <-ctx.Done():
+					break updates
+				case u, ok := <-ch:
+					if !ok {
+						break updates
+					}
+					if u.Type == unix.RTM_NEWNEIGH && u.Family == unix.AF_BRIDGE && awaited.has(u.HardwareAddr.String()) {
+						poke()
+					}
+				}
+			}
+		}
+		close(done)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // applyClaim makes one call of the plan; update and delete only if the

@@ -1,11 +1,18 @@
 package main
 
 import (
+	"context"
+	"io"
+	"log/slog"
 	"net/netip"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/vmlane/vmlane/internal/netnstest"
+	"github.com/vmlane/vmlane/internal/privtest"
 	"github.com/vmlane/vmlane/leases"
 	"github.com/vmlane/vmlane/plugin"
 )
@@ -55,5 +62,78 @@ func TestClaimsHoldAndProxyLent(t *testing.T) {
 	s.proxyLent(nil)
 	if got, _ := px.List("vmlane0"); !slices.Equal(got, want[1:]) {
 		t.Errorf("proxy entries after the VM came back: %v, want %v", got, want[1:])
+	}
+}
+
+// TestBridgeFrames: the kernel's forwarding database says when a bridge
+// last heard a MAC on a port (netlinkFrames), and its notice of a MAC new to
+// the bridge wakes watchFrames when the MAC is awaited: how a live
+// migration's target hears the guest. The frame is an ARP request sent from
+// a veth on the bridge, as a migrated guest's gratuitous ARP comes in.
+func TestBridgeFrames(t *testing.T) {
+	privtest.Require(t, "ip")
+	node := netnstest.New(t, "node")
+	node.MustRun(t, "ip", "link", "add", "br-f", "type", "bridge")
+	node.MustRun(t, "ip", "link", "add", "vf-host", "type", "veth", "peer", "name", "vf-guest")
+	node.MustRun(t, "ip", "link", "set", "vf-guest", "address", "02:76:0a:f4:01:05")
+	node.MustRun(t, "ip", "link", "set", "vf-host", "master", "br-f", "up")
+	node.MustRun(t, "ip", "link", "set", "br-f", "up")
+	node.MustRun(t, "ip", "link", "set", "vf-guest", "up")
+
+	var awaited awaitedMACs
+	awaited.set(map[string]string{"default/web": "02:76:0a:f4:01:05"})
+	woke := make(chan struct{}, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan struct{})
+	go func() {
+		// The subscription is made in the node's namespace: a
+		// netlink socket stays in the namespace it was opened in.
+		_ = node.Do(func() error {
+			close(ready)
+			watchFrames(ctx, &awaited, func() {
+				select {
+				case woke <- struct{}{}:
+				default:
+				}
+			}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			return nil
+		})
+	}()
+	<-ready
+	time.Sleep(200 * time.Millisecond) // the subscription is made after ready
+
+	before := time.Now()
+	// An ARP request from the guest's side: arping is not in every
+	// image, an address on vf-guest and a ping to a neighbour is.
+	node.MustRun(t, "ip", "addr", "add", "192.0.2.5/24", "dev", "vf-guest")
+	_, _ = node.Run("ping", "-c", "1", "-W", "1", "192.0.2.9")
+	select {
+	case <-woke:
+	case <-time.After(5 * time.Second):
+		t.Error("watchFrames did not wake for the awaited MAC")
+	}
+	var last map[string]time.Time
+	err := node.Do(func() (err error) {
+		last, err = netlinkFrames{}.LastFrames("br-f")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok := last["02:76:0a:f4:01:05"]
+	if !ok {
+		t.Fatalf("LastFrames %v: no entry for the guest's MAC", last)
+	}
+	// The kernel's clock ticks are 10 ms, and the "ago" it gives is
+	// rounded down: allow a tick either side.
+	if got.Before(before.Add(-20*time.Millisecond)) || got.After(time.Now().Add(20*time.Millisecond)) {
+		t.Errorf("last frame at %v, want after %v (the ping)", got, before)
+	}
+	// The port's own MAC is a permanent (local) entry of the bridge's:
+	// not a frame heard.
+	own := strings.TrimSpace(node.MustRun(t, "cat", "/sys/class/net/vf-host/address"))
+	if _, ok := last[own]; ok || len(last) != 1 {
+		t.Errorf("LastFrames %v: want the guest's MAC only, not the port's own %s", last, own)
 	}
 }

@@ -43,6 +43,7 @@ func TestPlanClaims(t *testing.T) {
 		name     string
 		want     map[string]claimStatus
 		have     []claim
+		heard    map[string]bool
 		acts     []string
 		conflict bool
 	}{
@@ -54,6 +55,11 @@ func TestPlanClaims(t *testing.T) {
 		{name: "came here from node-b", want: map[string]claimStatus{"default/web": web}, have: []claim{{VM: "default/web", Status: webHeldOnB, ResourceVersion: "7"}},
 			acts: []string{"update default/web 10.244.1.5/24  02:76:0a:f4:01:05 node=node-a pod=default/web-1 held="}},
 		{name: "migration target while the source runs", want: map[string]claimStatus{"default/web": web}, have: []claim{{VM: "default/web", Status: webOnB, ResourceVersion: "7"}}},
+		{name: "migration target that heard the guest", want: map[string]claimStatus{"default/web": web}, have: []claim{{VM: "default/web", Status: webOnB, ResourceVersion: "7"}},
+			heard: map[string]bool{"default/web": true},
+			acts:  []string{"update default/web 10.244.1.5/24  02:76:0a:f4:01:05 node=node-a pod=default/web-1 held="}},
+		{name: "held here, heard here", want: map[string]claimStatus{"default/web": webHeld}, have: []claim{{VM: "default/web", Status: webOnB, ResourceVersion: "7"}},
+			heard: map[string]bool{"default/web": true}},
 		{name: "source's node gone", want: map[string]claimStatus{"default/web": web}, have: []claim{{VM: "default/web", Status: webOnGone, ResourceVersion: "7"}},
 			acts: []string{"update default/web 10.244.1.5/24  02:76:0a:f4:01:05 node=node-a pod=default/web-1 held="}},
 		{name: "held here, running on node-b", want: map[string]claimStatus{"default/web": webHeld}, have: []claim{{VM: "default/web", Status: webOnB, ResourceVersion: "7"}}},
@@ -63,7 +69,7 @@ func TestPlanClaims(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			up := func(n string) bool { return n == "node-a" || n == "node-b" }
-			acts, conflicts := planClaims(tc.want, tc.have, "node-a", up)
+			acts, conflicts := planClaims(tc.want, tc.have, "node-a", up, tc.heard)
 			var got []string
 			for _, a := range acts {
 				got = append(got, a.String())
@@ -79,6 +85,72 @@ func TestPlanClaims(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAnnouncements follows a live migration from node-a to node-b as each
+// node's announcements see it, and two guests of one VM running at once.
+func TestAnnouncements(t *testing.T) {
+	const vm, mac = "default/web", "02:76:0a:f4:01:05"
+	t0 := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	mig := map[string]string{vm: mac}
+	check := func(t *testing.T, a *announcements, migrating map[string]string, last map[string]time.Time, now time.Time, want bool, wantFlap bool) {
+		t.Helper()
+		heard, flapping := a.heard(migrating, last, now)
+		if heard[vm] != want || (len(flapping) > 0) != wantFlap {
+			t.Errorf("at %v: heard %v, flapping %v; want heard %v, flapping %v", now.Sub(t0), heard, flapping, want, wantFlap)
+		}
+	}
+
+	t.Run("target", func(t *testing.T) {
+		var b announcements
+		// The target's pod comes up at 0: the guest is paused, the
+		// bridge has heard nothing from it. An entry from the VM's
+		// earlier life here proves nothing either.
+		check(t, &b, mig, map[string]time.Time{mac: at(-5000)}, at(0), false, false)
+		check(t, &b, mig, map[string]time.Time{mac: at(-5000)}, at(200), false, false)
+		// A frame right after the wait began is within the margin.
+		check(t, &b, mig, map[string]time.Time{mac: at(50)}, at(400), false, false)
+		// The migration ends at 3 s: the guest's gratuitous ARP.
+		check(t, &b, mig, map[string]time.Time{mac: at(3000)}, at(3010), true, false)
+	})
+
+	t.Run("source", func(t *testing.T) {
+		var a announcements
+		// The source holds the claim: it waits for nothing. At 3.05 s
+		// the claim names node-b, whose pod is up: node-a's pod (the
+		// paused source) is now migrating too. Its guest's last frame
+		// came at 2.99 s, before the wait began: not heard.
+		check(t, &a, nil, map[string]time.Time{mac: at(2990)}, at(0), false, false)
+		check(t, &a, mig, map[string]time.Time{mac: at(2990)}, at(3050), false, false)
+		check(t, &a, mig, map[string]time.Time{mac: at(2990)}, at(3250), false, false)
+		// The source's pod goes: nothing migrates any more.
+		check(t, &a, nil, nil, at(4000), false, false)
+		if len(a.waiting) != 0 {
+			t.Errorf("still waiting for %v", a.waiting)
+		}
+	})
+
+	t.Run("two guests at once", func(t *testing.T) {
+		var b announcements
+		check(t, &b, mig, nil, at(0), false, false)
+		check(t, &b, mig, map[string]time.Time{mac: at(1000)}, at(1000), true, false) // takes the claim
+		check(t, &b, nil, nil, at(1100), false, false)                                // holds it
+		// The other node's guest pulled it back at 1.2 s; this node's
+		// guest keeps talking.
+		check(t, &b, mig, map[string]time.Time{mac: at(1200)}, at(1200), false, false)
+		check(t, &b, mig, map[string]time.Time{mac: at(1500)}, at(1500), false, true)
+		check(t, &b, mig, map[string]time.Time{mac: at(1000 + 29_000)}, at(1000+29_000), false, true)
+		// retakeAfter later it may take it again (and says so no more).
+		check(t, &b, mig, map[string]time.Time{mac: at(1000 + 30_000)}, at(1000+30_000), true, false)
+	})
+
+	t.Run("an update that failed is retried", func(t *testing.T) {
+		var b announcements
+		check(t, &b, mig, nil, at(0), false, false)
+		check(t, &b, mig, map[string]time.Time{mac: at(1000)}, at(1000), true, false)
+		check(t, &b, mig, map[string]time.Time{mac: at(1200)}, at(1200), true, false)
+	})
 }
 
 func TestProxyDiff(t *testing.T) {

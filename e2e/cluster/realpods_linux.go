@@ -96,10 +96,18 @@ const macSentinel = "02:00:5e:00:53:01"
 // containerd attaches it with the plain conflist, which passes the
 // annotation to the plugin (the io.kubernetes.cri.pod-annotations
 // capability); the plugin attaches it in VM mode all the same.
+//
+// Migration, when set, is a folder of the host that the pod mounts at the
+// same path, where QEMU serves its QMP monitor at Migration/NAME.qmp (see
+// QMP). Incoming, with it, starts QEMU waiting for a live migration's
+// stream at Migration/NAME.in instead of booting the guest: the target of
+// a migration, whose guest is the one the stream brings.
 type VMGuest struct {
-	Ping  []netip.Addr
-	Fetch []string
-	VM    string
+	Ping      []netip.Addr
+	Fetch     []string
+	VM        string
+	Migration string
+	Incoming  bool
 }
 
 // GuestReport is what VM pod name's guest has reported so far in its log.
@@ -137,6 +145,12 @@ func (c *Cluster) StartVMPod(tb testing.TB, name, node string, g VMGuest) KubePo
 	if err != nil {
 		tb.Fatal(err)
 	}
+	if g.Migration != "" {
+		argv = append(argv, "-qmp", "unix:"+filepath.Join(g.Migration, name+".qmp")+",server=on,wait=off")
+		if g.Incoming {
+			argv = append(argv, "-incoming", "unix:"+filepath.Join(g.Migration, name+".in"))
+		}
+	}
 	var q []string
 	for _, a := range argv {
 		a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
@@ -150,6 +164,11 @@ exec ` + strings.Join(q, " ")
 	meta, class := "", "runtimeClassName: "+VMRuntimeClass
 	if g.VM != "" {
 		meta, class = "annotations: {vmlane.io/vm: "+g.VM+"}", ""
+	}
+	mounts, volumes := "", ""
+	if g.Migration != "" {
+		mounts = fmt.Sprintf("\n        - {name: migration, mountPath: %s}", g.Migration)
+		volumes = fmt.Sprintf("\n    - {name: migration, hostPath: {path: %s, type: Directory}}", g.Migration)
 	}
 	c.Apply(tb, fmt.Sprintf(`apiVersion: v1
 kind: Pod
@@ -173,11 +192,11 @@ spec:
       securityContext: {privileged: true}
       volumeMounts:
         - {name: usr, mountPath: /usr, readOnly: true}
-        - {name: guest, mountPath: %s, readOnly: true}
+        - {name: guest, mountPath: %s, readOnly: true}%s
   volumes:
     - {name: usr, hostPath: {path: /usr}}
-    - {name: guest, hostPath: {path: %s}}
-`, name, meta, class, node, script, guestDir, guestDir))
+    - {name: guest, hostPath: {path: %s}}%s
+`, name, meta, class, node, script, guestDir, mounts, guestDir, volumes))
 	var pod KubePod
 	WaitFor(tb, 3*time.Minute, "VM pod "+name+" running with an IP", func() (bool, string) {
 		ok, why := c.PodsReady("default", "app=vm", len(c.Pods(tb, "default", "app=vm")))
