@@ -175,7 +175,7 @@ darwin:
 	@# (.github/workflows/macos.yml runs those with sudo).
 	@if [ "$$(uname -s)" = Darwin ]; then $(GO) test -count=1 ./...; fi
 
-## bench: benchmark tables (lease store; CNI ADD/DEL against bridge+host-local; DHCP against dnsmasq, quiet and with busy guests; anti-spoofing table operations; 5,000-node route sync; routes-only at 5,000 Nodes with 1% VM nodes: label convergence, CPU, RSS)
+## bench: benchmark tables (lease store; CNI ADD/DEL against bridge+host-local; DHCP against dnsmasq, quiet and with busy guests; anti-spoofing table operations; 5,000-node route sync; routes-only at 5,000 Nodes with 1% VM nodes: label convergence, CPU, RSS; 5,000 Nodes with 10,000 VMs away from home against none: sync, RSS, claim-to-route)
 bench: deps build cni-reference controlplane
 	@mkdir -p $(CACHE)
 	set -o pipefail; $(GO) test -run '^$$' -bench . -benchtime 2s ./leases | tee $(CACHE)/bench-leases.txt | $(GO) run ./internal/benchtable
@@ -185,12 +185,16 @@ bench: deps build cni-reference controlplane
 	set -o pipefail; $(GO) run ./internal/dhcpbench -vmlaned $(BIN)/vmlaned -family 6 | tee $(CACHE)/bench-dhcp6.txt
 	set -o pipefail; VMLANE_PRIVILEGED=require $(GO) test -run '^$$' -bench Table -benchtime 30x ./internal/antispoof | tee $(CACHE)/bench-antispoof.txt
 	set -o pipefail; $(GO) test -run '^$$' -bench ComputeVMs -benchtime 20x ./routes | tee $(CACHE)/bench-routes-vms.txt
+	set -o pipefail; $(GO) test -run '^$$' -bench ClaimsPass -benchmem ./cmd/vmlaned | tee $(CACHE)/bench-claims.txt
 	set -o pipefail; VMLANE_PRIVILEGED=require VMLANE_BIN_DIR=$(BIN) \
 		VMLANE_CONTROLPLANE_DIR=$$(bash internal/controlplane/build.sh --print-dir $(CACHE)/controlplane) \
 		$(GO) test -run '^$$' -bench RouteController5000 -benchtime 1x -timeout 20m ./cmd/vmlaned | tee $(CACHE)/bench-routes.txt
 	set -o pipefail; VMLANE_PRIVILEGED=require VMLANE_BIN_DIR=$(BIN) \
 		VMLANE_CONTROLPLANE_DIR=$$(bash internal/controlplane/build.sh --print-dir $(CACHE)/controlplane) \
 		$(GO) test -run '^$$' -bench RoutesOnly5000 -benchtime 1x -timeout 20m ./cmd/vmlaned | tee $(CACHE)/bench-routes-only.txt
+	set -o pipefail; VMLANE_PRIVILEGED=require VMLANE_BIN_DIR=$(BIN) \
+		VMLANE_CONTROLPLANE_DIR=$$(bash internal/controlplane/build.sh --print-dir $(CACHE)/controlplane) \
+		$(GO) test -run '^$$' -bench RouteController5000VMs -benchtime 1x -timeout 20m ./cmd/vmlaned | tee $(CACHE)/bench-routes-vms-api.txt
 
 # One go install makes the reference plugins, cached by version: bridge
 # and host-local for `make bench`, and loopback, which a real node's

@@ -102,15 +102,7 @@ func BenchmarkRouteController5000(b *testing.B) {
 	d := c.startBenchDaemon(a, extra...)
 	synced := d.log.wait(b, d, "node informer synced", 3*time.Minute)
 	setUp := d.log.wait(b, d, "node set up", time.Second)
-	select {
-	case <-w.full:
-	case <-w.dead:
-		b.Fatalf("route watch in a ended: %v", w.err)
-	case <-d.exited:
-		b.Fatalf("vmlaned exited during the full sync:\n%s", d.log.String())
-	case <-time.After(5 * time.Minute):
-		b.Fatalf("%d of %d routes after 5m", w.count(), benchNodes)
-	}
+	waitRoutes(b, d, w)
 	r := benchResult{create: create, listJSON: listJSON, listProto: listProto, floor: fl, clusterCIDR: clusterCIDR, load0: load0}
 	r.setUp, r.synced = setUp.Sub(d.start), synced.Sub(setUp)
 	r.fullSync, r.startToRoutes = w.fullAt.Sub(synced), w.fullAt.Sub(d.start)

@@ -59,15 +59,7 @@ func BenchmarkRoutesOnly5000(b *testing.B) {
 	w := watchRoutes(b, a, len(want))
 	d := c.startBenchDaemon(a, "--routes-only")
 	synced := d.log.wait(b, d, "node informer synced", 3*time.Minute)
-	select {
-	case <-w.full:
-	case <-w.dead:
-		b.Fatalf("route watch in a ended: %v", w.err)
-	case <-d.exited:
-		b.Fatalf("vmlaned exited during the full sync:\n%s", d.log.String())
-	case <-time.After(5 * time.Minute):
-		b.Fatalf("%d of %d routes after 5m", w.count(), len(want))
-	}
+	waitRoutes(b, d, w)
 	r := routesOnlyResult{vmNodes: len(want), load0: load0}
 	r.startToRoutes, r.syncToRoutes = w.fullAt.Sub(d.start), w.fullAt.Sub(synced)
 	r.cpuSync = procCPU(b, d.pid())

@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
+
 	"github.com/vmlane/vmlane/internal/netnstest"
 	"github.com/vmlane/vmlane/internal/privtest"
 	"github.com/vmlane/vmlane/leases"
@@ -135,5 +138,36 @@ func TestBridgeFrames(t *testing.T) {
 	own := strings.TrimSpace(node.MustRun(t, "cat", "/sys/class/net/vf-host/address"))
 	if _, ok := last[own]; ok || len(last) != 1 {
 		t.Errorf("LastFrames %v: want the guest's MAC only, not the port's own %s", last, own)
+	}
+}
+
+// TestSlimClaim: the informer keeps a VMClaim's identity and status only,
+// and a claim reads from it as from the whole object; a status member of
+// the wrong type reads as empty (checkClaim refuses it).
+func TestSlimClaim(t *testing.T) {
+	full := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "vmlane.io/v1alpha1", "kind": "VMClaim",
+		"metadata": map[string]any{"name": "web", "namespace": "prod", "resourceVersion": "42", "labels": map[string]any{"a": "b"},
+			"managedFields": []any{map[string]any{"manager": "vmlaned"}}},
+		"status": map[string]any{"ipv4": "10.244.1.5/24", "ipv6": "fd00:10:244:1::5/64", "mac": "02:76:0a:f4:01:05", "node": "node-b", "pod": "prod/web-1", "heldUntil": 7},
+	}}
+	obj, err := slimClaim(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slim := obj.(*unstructured.Unstructured)
+	if slim.GetLabels() != nil || slim.GetManagedFields() != nil {
+		t.Errorf("slim claim kept %v %v", slim.GetLabels(), slim.GetManagedFields())
+	}
+	want := claim{VM: "prod/web", ResourceVersion: "42", Status: claimStatus{IPv4: "10.244.1.5/24", IPv6: "fd00:10:244:1::5/64", MAC: "02:76:0a:f4:01:05", Node: "node-b", Pod: "prod/web-1"}}
+	if got := claimFromObject(slim); got != want {
+		t.Errorf("claim %+v, want %+v", got, want)
+	}
+	if got := claimFromObject(full); got != want {
+		t.Errorf("claim of the whole object %+v, want %+v", got, want)
+	}
+	tomb := cache.DeletedFinalStateUnknown{Key: "prod/web", Obj: slim}
+	if got, _ := slimClaim(tomb); got != tomb {
+		t.Errorf("a tombstone came out as %v", got)
 	}
 }

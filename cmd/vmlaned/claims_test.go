@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -151,6 +152,49 @@ func TestAnnouncements(t *testing.T) {
 		check(t, &b, mig, map[string]time.Time{mac: at(1000)}, at(1000), true, false)
 		check(t, &b, mig, map[string]time.Time{mac: at(1200)}, at(1200), true, false)
 	})
+}
+
+// TestCheckClaim: a claim the API holds but vmlane cannot use is refused
+// with the field and the value, against a pod network given as many
+// podCIDRs (a cluster without --cluster-cidr) or as cluster CIDRs.
+func TestCheckClaim(t *testing.T) {
+	var pods []netip.Prefix
+	for i := range 300 {
+		pods = append(pods, netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(i), 0}), 24))
+	}
+	pods = append(pods, netip.MustParsePrefix("fd00:10:244::/56"))
+	good := claimStatus{IPv4: "10.244.7.5/24", IPv6: "fd00:10:244:7::5/64", MAC: "02:76:0a:f4:07:05", Node: "node-b"}
+	for _, tc := range []struct {
+		name    string
+		edit    func(*claimStatus)
+		cluster []netip.Prefix
+		want    string // in the error; "" for none
+	}{
+		{name: "good", cluster: pods},
+		{name: "good, cluster CIDRs", cluster: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/48")}},
+		{name: "ipv4 outside", edit: func(s *claimStatus) { s.IPv4 = "192.168.1.5/24" }, cluster: pods,
+			want: `VMClaim default/web: status.ipv4 "192.168.1.5/24" is outside the cluster's pod network [10.244.0.0/24 10.244.1.0/24 10.244.2.0/24 10.244.3.0/24] … (301 prefixes)`},
+		{name: "ipv4 past the last podCIDR", edit: func(s *claimStatus) { s.IPv4 = "10.245.0.5/24" }, cluster: pods, want: `status.ipv4 "10.245.0.5/24" is outside`},
+		{name: "ipv4 not an address", edit: func(s *claimStatus) { s.IPv4 = "10.244.7.5" }, cluster: pods, want: `status.ipv4 "10.244.7.5" is not an IPv4 address with its prefix length`},
+		{name: "ipv4 an IPv6 one", edit: func(s *claimStatus) { s.IPv4 = "fd00:10:244:7::5/64" }, cluster: pods, want: `status.ipv4 "fd00:10:244:7::5/64" is not an IPv4`},
+		{name: "ipv6 outside", edit: func(s *claimStatus) { s.IPv6 = "fd00:99::5/64" }, cluster: pods, want: `status.ipv6 "fd00:99::5/64" is outside`},
+		{name: "mac", edit: func(s *claimStatus) { s.MAC = "02:76" }, cluster: pods, want: `status.mac "02:76" is not a MAC address`},
+		{name: "no node", edit: func(s *claimStatus) { s.Node = "" }, cluster: pods, want: `status.node is empty`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := good
+			if tc.edit != nil {
+				tc.edit(&st)
+			}
+			_, _, err := checkClaim(claim{VM: "default/web", Status: st}, newPrefixSet(tc.cluster))
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("error %v, want none", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("error %v, want one with %q", err, tc.want)
+			}
+		})
+	}
 }
 
 func TestProxyDiff(t *testing.T) {

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
+)
+
+// BenchmarkClaimsPass is the part of a claims pass that grows with the
+// cluster, at benchVMs claims checked against benchNodes podCIDRs (a
+// cluster without --cluster-cidr): reading the claims from the informer's
+// cache, checking and sorting them (apply) and writing the plugin's copy.
+// "unchanged" is a pass that finds every claim as it was (the copy is not
+// written); "one moved" one whose claim of one VM names another node, as
+// at a move (the copy is written).
+func BenchmarkClaimsPass(b *testing.B) {
+	var pods []netip.Prefix
+	for i := range benchNodes {
+		pods = append(pods, benchPodCIDR(i))
+	}
+	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+	object := func(i, node, rv int) *unstructured.Unstructured {
+		a := benchVMAddr(i).As4()
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "vmlane.io/v1alpha1", "kind": "VMClaim",
+			"metadata": map[string]any{"name": benchVMName(i), "namespace": "default", "resourceVersion": fmt.Sprint(rv)},
+			"status": map[string]any{
+				"ipv4": netip.PrefixFrom(benchVMAddr(i), 24).String(), "mac": fmt.Sprintf("02:76:%02x:%02x:%02x:%02x", a[0], a[1], a[2], a[3]),
+				"node": fmt.Sprintf("n%04d", node), "pod": "default/" + benchVMName(i),
+			},
+		}}
+	}
+	for i := range benchVMs {
+		if err := store.Add(object(i, benchVMHolder(i), 1)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	s := &claimsSync{c: &config{NodeName: "a", LeaseFile: filepath.Join(b.TempDir(), "leases.json"), ClusterCIDRs: pods}, claims: store, warned: map[string]string{}}
+	pass := func() int {
+		vms, mirror, _ := s.apply(s.list())
+		s.writeMirror(mirror)
+		return len(vms)
+	}
+	if n := pass(); n != benchVMs {
+		b.Fatalf("%d VMs routed, want %d: %v", n, benchVMs, s.warned)
+	}
+	b.Run("unchanged", func(b *testing.B) {
+		for b.Loop() {
+			pass()
+		}
+	})
+	b.Run("one moved", func(b *testing.B) {
+		rv := 1
+		for b.Loop() {
+			rv++
+			if err := store.Update(object(rv%benchVMs, rv%benchNodes, rv)); err != nil {
+				b.Fatal(err)
+			}
+			pass()
+		}
+	})
+}
