@@ -41,11 +41,7 @@ func TestVMLiveMigration(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		c.Kubectl("delete", "pod", "vmmig-1", "vmmig-2", "vmmig-client", "--ignore-not-found", "--wait=true", "--timeout=60s")
-		for _, node := range []string{"node-a", "node-b"} {
-			if ds := vmlanePod(t, node); ds.Name != "" {
-				c.Exec(ds, "vmlanectl", "claims", "release", "default/vmmig")
-			}
-		}
+		releaseVM(t, "vmmig")
 		os.RemoveAll(dir)
 	})
 

@@ -5,6 +5,7 @@ package realnode
 import (
 	"fmt"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -207,11 +208,7 @@ func TestVMMove(t *testing.T) {
 	a, b := c.RealNode("node-a"), c.RealNode("node-b")
 	t.Cleanup(func() {
 		c.Kubectl("delete", "pod", "vmmove-1", "vmmove-2", "vmmove-3", "vmmove-client-a", "vmmove-client-b", "vmmove-client-c", "--ignore-not-found", "--wait=true", "--timeout=60s")
-		for _, node := range []string{"node-a", "node-b", "node-c"} {
-			if ds := vmlanePod(t, node); ds.Name != "" {
-				c.Exec(ds, "vmlanectl", "claims", "release", "default/vmmove")
-			}
-		}
+		releaseVM(t, "vmmove")
 	})
 	c.StartVMPod(t, "vmmove-1", "node-a", cluster.VMGuest{VM: "vmmove"})
 	addr := c.WaitGuest(t, "vmmove-1")
@@ -386,6 +383,46 @@ spec:
 	})
 	return p
 }
+
+// releaseVM gives back VM default/NAME's addresses on every node, as a user
+// does once a VM is deleted for good: `vmlanectl claims release` on the
+// node that last ran it, then on its home node, which held them while it
+// ran elsewhere (and, until the claim is gone, holds them again and may
+// publish a claim of its own: hence the rounds). It waits until the claim
+// and every route to the VM are gone, so that the tests after it see the
+// cluster as it was.
+func releaseVM(t *testing.T, name string) {
+	t.Helper()
+	cluster.WaitFor(t, time.Minute, "VM default/"+name+" released on every node, its claim and routes gone", func() (bool, string) {
+		for _, node := range []string{"node-c", "node-b", "node-a"} {
+			if ds := vmlanePod(t, node); ds.Name != "" {
+				c.Exec(ds, "vmlanectl", "claims", "release", "default/"+name)
+			}
+		}
+		time.Sleep(500 * time.Millisecond) // a claims pass on each node
+		if out, err := c.Kubectl("get", "vmclaims", "-o", "name"); err != nil || strings.Contains(out, "/"+name+"\n") || strings.HasSuffix(out, "/"+name) {
+			return false, "claims: " + out
+		}
+		for _, node := range []string{"node-a", "node-b", "node-c"} {
+			n := c.RealNode(node)
+			if snap, err := leases.Read(n.File("/var/lib/vmlane/leases.json")); err == nil {
+				for _, l := range snap.Leases() {
+					if l.VMName == "default/"+name {
+						return false, fmt.Sprintf("%s: lease %s %s", node, l.IP, l.State)
+					}
+				}
+			}
+			// A host route has no prefix length: one to a VM away
+			// from home.
+			if r := n.Routes() + n.Routes6(); hostRoute.MatchString(r) {
+				return false, node + " routes: " + r
+			}
+		}
+		return true, ""
+	})
+}
+
+var hostRoute = regexp.MustCompile(`(?m)^[0-9a-f.:]+ via`)
 
 // vmlanePod is node's vmlane DaemonSet pod.
 func vmlanePod(t *testing.T, node string) cluster.KubePod {
