@@ -38,6 +38,9 @@ type claim struct {
 	VM              string // NAMESPACE/NAME
 	Status          claimStatus
 	ResourceVersion string
+	// Created is the claim's metadata.creationTimestamp: of two claims
+	// that name one address or MAC, the older holds it (clashes).
+	Created time.Time
 }
 
 // claimAction is one API call the publisher makes.
@@ -254,6 +257,56 @@ func checkClaim(c claim, cluster prefixSet) (v4, v6 netip.Prefix, err error) {
 		return v4, v6, fmt.Errorf("VMClaim %s: status.node is empty", c.VM)
 	}
 	return v4, v6, nil
+}
+
+// clashes names the claims that name an address or a MAC that an older
+// claim (by creation, then by VM name) names too, each with why. Two claims
+// agree on an address only by mistake (one written by hand, or restored
+// from a backup): the older one's VM holds it, and the younger claim is
+// neither routed nor copied for the plugin, so no route takes the address
+// from its holder and no pod of the younger claim's VM gets it. cs have
+// passed checkClaim.
+func clashes(cs []claim) map[string]string {
+	order := make([]int, len(cs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(i, j int) int {
+		if c := cs[i].Created.Compare(cs[j].Created); c != 0 {
+			return c
+		}
+		return strings.Compare(cs[i].VM, cs[j].VM)
+	})
+	addrs, macs := map[netip.Addr]string{}, map[string]string{}
+	out := map[string]string{}
+	for _, i := range order {
+		c := cs[i]
+		v4, _ := netip.ParsePrefix(c.Status.IPv4)
+		v6, _ := netip.ParsePrefix(c.Status.IPv6)
+		mac, _ := leases.NormalizeMAC(c.Status.MAC)
+		refuse := func(field, value, holder string) {
+			out[c.VM] = fmt.Sprintf("VMClaim %s: %s %q is VMClaim %s's, an older claim; this one is not used (delete it, or give it addresses of its own)", c.VM, field, value, holder)
+		}
+		switch {
+		case addrs[v4.Addr()] != "":
+			refuse("status.ipv4", c.Status.IPv4, addrs[v4.Addr()])
+		case v6.IsValid() && addrs[v6.Addr()] != "":
+			refuse("status.ipv6", c.Status.IPv6, addrs[v6.Addr()])
+		case macs[mac] != "":
+			refuse("status.mac", c.Status.MAC, macs[mac])
+		}
+		// A refused claim still keeps what it named first from the
+		// claims after it: refusing one claim frees nothing for another.
+		for _, a := range []netip.Addr{v4.Addr(), v6.Addr()} {
+			if _, taken := addrs[a]; a.IsValid() && !taken {
+				addrs[a] = c.VM
+			}
+		}
+		if _, taken := macs[mac]; !taken {
+			macs[mac] = c.VM
+		}
+	}
+	return out
 }
 
 // prefixSet answers whether an address is in any of a set of prefixes in

@@ -274,20 +274,37 @@ func (s *claimsSync) heard(want map[string]claimStatus, have []claim) map[string
 // apply sorts the claims into what the node uses: the VMs the route
 // controller routes, the plugin's copy, and (on a node with a lease store)
 // the claims of VMs running elsewhere whose addresses are of this node's
-// subnet. A claim that does not check out is said once and left out.
+// subnet. A claim that does not check out, or names what an older claim
+// names (clashes), is said once and left out.
 func (s *claimsSync) apply(have []claim) ([]routes.VM, plugin.ClaimsFile, []plugin.NodeClaim) {
 	cluster := s.c.ClusterCIDRs
 	if len(cluster) == 0 {
 		cluster = s.ctrl.PodCIDRs()
 	}
 	inCluster := newPrefixSet(cluster)
-	mirror := plugin.ClaimsFile{Version: 1}
-	var vms []routes.VM
-	var lent []plugin.NodeClaim
+	type usable struct {
+		c      claim
+		v4, v6 netip.Prefix
+	}
+	var ok []usable
+	var checked []claim
 	for _, c := range have {
 		v4, v6, err := checkClaim(c, inCluster)
 		if err != nil {
 			s.warnOnce(c.VM, err.Error())
+			continue
+		}
+		ok = append(ok, usable{c, v4, v6})
+		checked = append(checked, c)
+	}
+	refused := clashes(checked)
+	mirror := plugin.ClaimsFile{Version: 1}
+	var vms []routes.VM
+	var lent []plugin.NodeClaim
+	for _, u := range ok {
+		c, v4, v6 := u.c, u.v4, u.v6
+		if why, bad := refused[c.VM]; bad {
+			s.warnOnce(c.VM, why)
 			continue
 		}
 		delete(s.warned, c.VM)
@@ -339,7 +356,7 @@ func (s *claimsSync) list() []claim {
 }
 
 // slimClaim is the VMClaim informer's transform: the object's name,
-// namespace and resourceVersion, and its status.
+// namespace, resourceVersion and creationTimestamp, and its status.
 func slimClaim(obj any) (any, error) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
@@ -351,6 +368,7 @@ func slimClaim(obj any) (any, error) {
 	slim.SetNamespace(u.GetNamespace())
 	slim.SetName(u.GetName())
 	slim.SetResourceVersion(u.GetResourceVersion())
+	slim.SetCreationTimestamp(u.GetCreationTimestamp())
 	if st, ok := u.Object["status"]; ok {
 		slim.Object["status"] = st
 	}
@@ -360,7 +378,7 @@ func slimClaim(obj any) (any, error) {
 // claimFromObject reads a VMClaim object's status. A member of the wrong
 // type reads as empty, which checkClaim then refuses.
 func claimFromObject(u *unstructured.Unstructured) claim {
-	c := claim{VM: u.GetNamespace() + "/" + u.GetName(), ResourceVersion: u.GetResourceVersion()}
+	c := claim{VM: u.GetNamespace() + "/" + u.GetName(), ResourceVersion: u.GetResourceVersion(), Created: u.GetCreationTimestamp().Time}
 	st, _ := u.Object["status"].(map[string]any)
 	str := func(k string) string { v, _ := st[k].(string); return v }
 	c.Status = claimStatus{IPv4: str("ipv4"), IPv6: str("ipv6"), MAC: str("mac"), Node: str("node"), Pod: str("pod"), HeldUntil: str("heldUntil")}

@@ -147,7 +147,7 @@ func TestBridgeFrames(t *testing.T) {
 func TestSlimClaim(t *testing.T) {
 	full := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "vmlane.io/v1alpha1", "kind": "VMClaim",
-		"metadata": map[string]any{"name": "web", "namespace": "prod", "resourceVersion": "42", "labels": map[string]any{"a": "b"},
+		"metadata": map[string]any{"name": "web", "namespace": "prod", "resourceVersion": "42", "labels": map[string]any{"a": "b"}, "creationTimestamp": "2026-11-27T10:00:00Z",
 			"managedFields": []any{map[string]any{"manager": "vmlaned"}}},
 		"status": map[string]any{"ipv4": "10.244.1.5/24", "ipv6": "fd00:10:244:1::5/64", "mac": "02:76:0a:f4:01:05", "node": "node-b", "pod": "prod/web-1", "heldUntil": 7},
 	}}
@@ -160,11 +160,16 @@ func TestSlimClaim(t *testing.T) {
 		t.Errorf("slim claim kept %v %v", slim.GetLabels(), slim.GetManagedFields())
 	}
 	want := claim{VM: "prod/web", ResourceVersion: "42", Status: claimStatus{IPv4: "10.244.1.5/24", IPv6: "fd00:10:244:1::5/64", MAC: "02:76:0a:f4:01:05", Node: "node-b", Pod: "prod/web-1"}}
-	if got := claimFromObject(slim); got != want {
-		t.Errorf("claim %+v, want %+v", got, want)
-	}
-	if got := claimFromObject(full); got != want {
-		t.Errorf("claim of the whole object %+v, want %+v", got, want)
+	created := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	for what, u := range map[string]*unstructured.Unstructured{"slim": slim, "whole": full} {
+		got := claimFromObject(u)
+		if !got.Created.Equal(created) {
+			t.Errorf("%s: created %v, want %v (the older of two clashing claims holds)", what, got.Created, created)
+		}
+		got.Created = time.Time{}
+		if got != want {
+			t.Errorf("%s: claim %+v, want %+v", what, got, want)
+		}
 	}
 	tomb := cache.DeletedFinalStateUnknown{Key: "prod/web", Obj: slim}
 	if got, _ := slimClaim(tomb); got != tomb {

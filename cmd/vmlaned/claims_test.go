@@ -197,6 +197,42 @@ func TestCheckClaim(t *testing.T) {
 	}
 }
 
+// TestClashes: of claims that name one address or MAC, the oldest holds it
+// and the others are refused, naming the field, the value and the holder;
+// a refused claim frees nothing for the claims after it.
+func TestClashes(t *testing.T) {
+	t0 := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	mk := func(vm string, age int, v4, v6, mac string) claim {
+		return claim{VM: vm, Created: t0.Add(time.Duration(age) * time.Second),
+			Status: claimStatus{IPv4: v4, IPv6: v6, MAC: mac, Node: "node-b"}}
+	}
+	cs := []claim{
+		mk("default/thief", 10, "10.244.1.5/24", "", "02:76:0a:f4:09:09"),                                  // web's IPv4, made later
+		mk("default/web", 0, "10.244.1.5/24", "fd00:10:244:1::5/64", "02:76:0a:f4:01:05"),                  // the holder
+		mk("default/db", 0, "10.244.1.6/24", "fd00:10:244:1::5/64", "02:76:0a:f4:01:06"),                   // web's IPv6, same age: VM name decides
+		mk("prod/cache", 20, "10.244.1.7/24", "fd00:10:244:1::7/64", "02:76:0a:f4:01:05"),                  // web's MAC
+		mk("prod/api", 30, "10.244.1.8/24", "fd00:10:244:1::8/64", "02:76:0a:f4:01:08"),                    // its own
+		mk("prod/api2", 40, "10.244.1.8/24", "fd00:10:244:1::9/64", "02:76:0a:f4:01:09"),                   // api's IPv4
+		mk("prod/moved", 50, "10.244.2.9/24", "fd00:10:244:2::9/64", strings.ToUpper("02:76:0a:f4:01:08")), // api's MAC, spelt otherwise
+	}
+	got := clashes(cs)
+	want := map[string]string{
+		"default/thief": `VMClaim default/thief: status.ipv4 "10.244.1.5/24" is VMClaim default/web's`,
+		"default/web":   `VMClaim default/web: status.ipv6 "fd00:10:244:1::5/64" is VMClaim default/db's`,
+		"prod/cache":    `status.mac "02:76:0a:f4:01:05" is VMClaim default/web's`, // web, refused, still keeps what it named first
+		"prod/api2":     `status.ipv4 "10.244.1.8/24" is VMClaim prod/api's`,
+		"prod/moved":    `status.mac "02:76:0A:F4:01:08" is VMClaim prod/api's`,
+	}
+	if len(got) != len(want) {
+		t.Errorf("refused %v, want %d", got, len(want))
+	}
+	for vm, w := range want {
+		if !strings.Contains(got[vm], w) {
+			t.Errorf("%s: %q, want %q", vm, got[vm], w)
+		}
+	}
+}
+
 func TestProxyDiff(t *testing.T) {
 	sub6 := netip.MustParsePrefix("fd00:10:244:1::/64")
 	a := func(s ...string) []netip.Addr {
