@@ -235,28 +235,42 @@ func splitVM(vm string) (ns, name string) {
 // every node's pod subnets), or a MAC that does not parse. Such a claim is
 // neither routed nor copied for the plugin; nothing holds its addresses
 // for it.
-func checkClaim(c claim, cluster prefixSet) (v4, v6 netip.Prefix, err error) {
+func checkClaim(c claim, cluster prefixSet) (usable, error) {
+	v4, v6, mac, err := checkClaimAddrs(c, cluster)
+	return usable{claim: c, v4: v4, v6: v6, mac: mac}, err
+}
+
+// checkClaimAddrs is checkClaim's work: the claim's addresses and MAC,
+// parsed, or what is wrong with them.
+func checkClaimAddrs(c claim, cluster prefixSet) (v4, v6 netip.Prefix, mac string, err error) {
 	if v4, err = netip.ParsePrefix(c.Status.IPv4); err != nil || !v4.Addr().Is4() {
-		return v4, v6, fmt.Errorf("VMClaim %s: status.ipv4 %q is not an IPv4 address with its prefix length", c.VM, c.Status.IPv4)
+		return v4, v6, "", fmt.Errorf("VMClaim %s: status.ipv4 %q is not an IPv4 address with its prefix length", c.VM, c.Status.IPv4)
 	}
 	if !cluster.contains(v4.Addr()) {
-		return v4, v6, fmt.Errorf("VMClaim %s: status.ipv4 %q is outside the cluster's pod network %v", c.VM, c.Status.IPv4, cluster)
+		return v4, v6, "", fmt.Errorf("VMClaim %s: status.ipv4 %q is outside the cluster's pod network %v", c.VM, c.Status.IPv4, cluster)
 	}
 	if c.Status.IPv6 != "" {
 		if v6, err = netip.ParsePrefix(c.Status.IPv6); err != nil || !v6.Addr().Is6() {
-			return v4, v6, fmt.Errorf("VMClaim %s: status.ipv6 %q is not an IPv6 address with its prefix length", c.VM, c.Status.IPv6)
+			return v4, v6, "", fmt.Errorf("VMClaim %s: status.ipv6 %q is not an IPv6 address with its prefix length", c.VM, c.Status.IPv6)
 		}
 		if !cluster.contains(v6.Addr()) {
-			return v4, v6, fmt.Errorf("VMClaim %s: status.ipv6 %q is outside the cluster's pod network %v", c.VM, c.Status.IPv6, cluster)
+			return v4, v6, "", fmt.Errorf("VMClaim %s: status.ipv6 %q is outside the cluster's pod network %v", c.VM, c.Status.IPv6, cluster)
 		}
 	}
-	if _, err := leases.NormalizeMAC(c.Status.MAC); err != nil {
-		return v4, v6, fmt.Errorf("VMClaim %s: status.mac %q is not a MAC address", c.VM, c.Status.MAC)
+	if mac, err = leases.NormalizeMAC(c.Status.MAC); err != nil {
+		return v4, v6, "", fmt.Errorf("VMClaim %s: status.mac %q is not a MAC address", c.VM, c.Status.MAC)
 	}
 	if c.Status.Node == "" {
-		return v4, v6, fmt.Errorf("VMClaim %s: status.node is empty", c.VM)
+		return v4, v6, "", fmt.Errorf("VMClaim %s: status.node is empty", c.VM)
 	}
-	return v4, v6, nil
+	return v4, v6, mac, nil
+}
+
+// usable is a claim that passed checkClaim, with what it parsed.
+type usable struct {
+	claim
+	v4, v6 netip.Prefix
+	mac    string // normalized
 }
 
 // clashes names the claims that name an address or a MAC that an older
@@ -264,9 +278,8 @@ func checkClaim(c claim, cluster prefixSet) (v4, v6 netip.Prefix, err error) {
 // agree on an address only by mistake (one written by hand, or restored
 // from a backup): the older one's VM holds it, and the younger claim is
 // neither routed nor copied for the plugin, so no route takes the address
-// from its holder and no pod of the younger claim's VM gets it. cs have
-// passed checkClaim.
-func clashes(cs []claim) map[string]string {
+// from its holder and no pod of the younger claim's VM gets it.
+func clashes(cs []usable) map[string]string {
 	order := make([]int, len(cs))
 	for i := range order {
 		order[i] = i
@@ -277,33 +290,34 @@ func clashes(cs []claim) map[string]string {
 		}
 		return strings.Compare(cs[i].VM, cs[j].VM)
 	})
-	addrs, macs := map[netip.Addr]string{}, map[string]string{}
-	out := map[string]string{}
+	addrs, macs := make(map[netip.Addr]string, 2*len(cs)), make(map[string]string, len(cs))
+	var out map[string]string
 	for _, i := range order {
 		c := cs[i]
-		v4, _ := netip.ParsePrefix(c.Status.IPv4)
-		v6, _ := netip.ParsePrefix(c.Status.IPv6)
-		mac, _ := leases.NormalizeMAC(c.Status.MAC)
 		refuse := func(field, value, holder string) {
+			if out == nil {
+				out = map[string]string{}
+			}
 			out[c.VM] = fmt.Sprintf("VMClaim %s: %s %q is VMClaim %s's, an older claim; this one is not used (delete it, or give it addresses of its own)", c.VM, field, value, holder)
 		}
+		v4, v6 := c.v4.Addr(), c.v6.Addr()
 		switch {
-		case addrs[v4.Addr()] != "":
-			refuse("status.ipv4", c.Status.IPv4, addrs[v4.Addr()])
-		case v6.IsValid() && addrs[v6.Addr()] != "":
-			refuse("status.ipv6", c.Status.IPv6, addrs[v6.Addr()])
-		case macs[mac] != "":
-			refuse("status.mac", c.Status.MAC, macs[mac])
+		case addrs[v4] != "":
+			refuse("status.ipv4", c.Status.IPv4, addrs[v4])
+		case v6.IsValid() && addrs[v6] != "":
+			refuse("status.ipv6", c.Status.IPv6, addrs[v6])
+		case macs[c.mac] != "":
+			refuse("status.mac", c.Status.MAC, macs[c.mac])
 		}
 		// A refused claim still keeps what it named first from the
 		// claims after it: refusing one claim frees nothing for another.
-		for _, a := range []netip.Addr{v4.Addr(), v6.Addr()} {
+		for _, a := range []netip.Addr{v4, v6} {
 			if _, taken := addrs[a]; a.IsValid() && !taken {
 				addrs[a] = c.VM
 			}
 		}
-		if _, taken := macs[mac]; !taken {
-			macs[mac] = c.VM
+		if _, taken := macs[c.mac]; !taken {
+			macs[c.mac] = c.VM
 		}
 	}
 	return out

@@ -62,8 +62,24 @@ type claimsSync struct {
 	// that stays bad is logged once.
 	warned map[string]string
 	mirror []byte
-	// parsed is each VMClaim as list last read it, by VM.
-	parsed map[string]claim
+	// parsed is each VMClaim object of the cache as list last read it,
+	// listed what list last returned, and listChanged whether that list
+	// found any claim new, changed or gone.
+	parsed      map[*unstructured.Unstructured]claim
+	listed      []claim
+	listChanged bool
+	// applied is apply's last result and the pod network it was checked
+	// against: a pass that finds the claims and the network as they were
+	// uses it again.
+	applied struct {
+		ok      bool
+		cluster []netip.Prefix
+		vms     []routes.VM
+		mirror  plugin.ClaimsFile
+		lent    []plugin.NodeClaim
+		// mirrorJSON is mirror as writeMirror encoded it.
+		mirrorJSON []byte
+	}
 	// proxies is the bridge's NDP proxy table (netlinkProxies).
 	proxies neighProxies
 	// frames is the bridge's record of the MACs it heard (netlinkFrames),
@@ -276,33 +292,42 @@ func (s *claimsSync) heard(want map[string]claimStatus, have []claim) map[string
 // the claims of VMs running elsewhere whose addresses are of this node's
 // subnet. A claim that does not check out, or names what an older claim
 // names (clashes), is said once and left out.
+//
+// have must be what list returned last: a pass that finds the claims (and
+// the pod network) as the one before gets that one's result again.
 func (s *claimsSync) apply(have []claim) ([]routes.VM, plugin.ClaimsFile, []plugin.NodeClaim) {
 	cluster := s.c.ClusterCIDRs
 	if len(cluster) == 0 {
 		cluster = s.ctrl.PodCIDRs()
 	}
-	inCluster := newPrefixSet(cluster)
-	type usable struct {
-		c      claim
-		v4, v6 netip.Prefix
+	if a := &s.applied; a.ok && !s.listChanged && slices.Equal(a.cluster, cluster) {
+		return a.vms, a.mirror, a.lent
 	}
-	var ok []usable
-	var checked []claim
+	vms, mirror, lent := s.check(have, cluster)
+	s.applied.ok, s.applied.cluster = true, cluster
+	s.applied.vms, s.applied.mirror, s.applied.lent = vms, mirror, lent
+	s.applied.mirrorJSON = nil
+	return vms, mirror, lent
+}
+
+// check is apply's work.
+func (s *claimsSync) check(have []claim, cluster []netip.Prefix) ([]routes.VM, plugin.ClaimsFile, []plugin.NodeClaim) {
+	inCluster := newPrefixSet(cluster)
+	ok := make([]usable, 0, len(have))
 	for _, c := range have {
-		v4, v6, err := checkClaim(c, inCluster)
+		u, err := checkClaim(c, inCluster)
 		if err != nil {
 			s.warnOnce(c.VM, err.Error())
 			continue
 		}
-		ok = append(ok, usable{c, v4, v6})
-		checked = append(checked, c)
+		ok = append(ok, u)
 	}
-	refused := clashes(checked)
+	refused := clashes(ok)
 	mirror := plugin.ClaimsFile{Version: 1}
 	var vms []routes.VM
 	var lent []plugin.NodeClaim
 	for _, u := range ok {
-		c, v4, v6 := u.c, u.v4, u.v6
+		c, v4, v6 := u.claim, u.v4, u.v6
 		if why, bad := refused[c.VM]; bad {
 			s.warnOnce(c.VM, why)
 			continue
@@ -330,28 +355,42 @@ func (s *claimsSync) nodeUp(name string) bool {
 	return err == nil && routes.FromNode(n, "").Ready
 }
 
-// list is every VMClaim in the informer's cache, sorted by VM. A claim is
-// read from its object once per resourceVersion (parsed keeps it): a pass
-// at 10,000 claims finds all but a few as they were.
+// list is every VMClaim in the informer's cache, sorted by VM. Objects in
+// the cache are never changed in place (an update stores a new one), so a
+// claim is read once per object (parsed keeps it), and a pass that finds
+// the same objects as the last gets the last list again: at 10,000 claims
+// that is most passes.
 func (s *claimsSync) list() []claim {
 	objs := s.claims.List()
+	same := len(objs) == len(s.parsed)
+	for _, o := range objs {
+		if !same {
+			break
+		}
+		u, _ := o.(*unstructured.Unstructured)
+		_, same = s.parsed[u]
+	}
+	s.listChanged = !same
+	if same {
+		return s.listed
+	}
 	out := make([]claim, 0, len(objs))
-	parsed := make(map[string]claim, len(objs))
+	parsed := make(map[*unstructured.Unstructured]claim, len(objs))
 	for _, o := range objs {
 		u, ok := o.(*unstructured.Unstructured)
 		if !ok {
 			continue
 		}
-		vm, rv := u.GetNamespace()+"/"+u.GetName(), u.GetResourceVersion()
-		c, ok := s.parsed[vm]
-		if !ok || c.ResourceVersion != rv {
+		c, ok := s.parsed[u]
+		if !ok {
 			c = claimFromObject(u)
 		}
-		parsed[vm] = c
+		parsed[u] = c
 		out = append(out, c)
 	}
 	s.parsed = parsed
 	slices.SortFunc(out, func(a, b claim) int { return strings.Compare(a.VM, b.VM) })
+	s.listed = out
 	return out
 }
 
@@ -393,14 +432,22 @@ func (s *claimsSync) warnOnce(vm, msg string) {
 	s.log.Warn(msg)
 }
 
-// writeMirror writes the plugin's copy of the claims when it changed.
+// writeMirror writes the plugin's copy of the claims when it changed. f is
+// apply's last mirror, encoded once per change of it.
 func (s *claimsSync) writeMirror(f plugin.ClaimsFile) {
-	data, err := json.Marshal(f)
-	if err != nil || bytes.Equal(data, s.mirror) {
+	data := s.applied.mirrorJSON
+	if data == nil {
+		var err error
+		if data, err = json.Marshal(f); err != nil {
+			return
+		}
+		s.applied.mirrorJSON = data
+	}
+	if bytes.Equal(data, s.mirror) {
 		return
 	}
 	path := filepath.Join(filepath.Dir(s.c.LeaseFile), plugin.ClaimsFileName)
-	if err := atomicfile.WriteFile(path, append(data, '\n'), 0o644); err != nil {
+	if err := atomicfile.WriteFile(path, append(slices.Clip(data), '\n'), 0o644); err != nil {
 		s.log.Warn("writing the node's copy of the VM claims", "file", path, "err", err)
 		return
 	}

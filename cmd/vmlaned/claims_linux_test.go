@@ -176,3 +176,35 @@ func TestSlimClaim(t *testing.T) {
 		t.Errorf("a tombstone came out as %v", got)
 	}
 }
+
+// TestClaimsList: list reads a claim again when the informer stores a new
+// object for it, drops one it deleted, and says whether anything changed.
+func TestClaimsList(t *testing.T) {
+	obj := func(name, node, rv string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"metadata": map[string]any{"name": name, "namespace": "default", "resourceVersion": rv},
+			"status":   map[string]any{"ipv4": "10.244.1.5/24", "mac": "02:76:0a:f4:01:05", "node": node},
+		}}
+	}
+	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+	s := &claimsSync{claims: store}
+	list := func(wantChanged bool, want ...string) {
+		t.Helper()
+		var got []string
+		for _, c := range s.list() {
+			got = append(got, c.VM+"@"+c.Status.Node)
+		}
+		if !slices.Equal(got, want) || s.listChanged != wantChanged {
+			t.Errorf("list %v (changed %v), want %v (changed %v)", got, s.listChanged, want, wantChanged)
+		}
+	}
+	_ = store.Add(obj("web", "node-a", "1"))
+	_ = store.Add(obj("db", "node-a", "1"))
+	list(true, "default/db@node-a", "default/web@node-a")
+	list(false, "default/db@node-a", "default/web@node-a")
+	_ = store.Update(obj("web", "node-b", "2"))
+	list(true, "default/db@node-a", "default/web@node-b")
+	_ = store.Delete(obj("db", "node-a", "1"))
+	list(true, "default/web@node-b")
+	list(false, "default/web@node-b")
+}

@@ -186,7 +186,7 @@ func TestCheckClaim(t *testing.T) {
 			if tc.edit != nil {
 				tc.edit(&st)
 			}
-			_, _, err := checkClaim(claim{VM: "default/web", Status: st}, newPrefixSet(tc.cluster))
+			_, err := checkClaim(claim{VM: "default/web", Status: st}, newPrefixSet(tc.cluster))
 			switch {
 			case tc.want == "" && err != nil:
 				t.Errorf("error %v, want none", err)
@@ -215,7 +215,15 @@ func TestClashes(t *testing.T) {
 		mk("prod/api2", 40, "10.244.1.8/24", "fd00:10:244:1::9/64", "02:76:0a:f4:01:09"),                   // api's IPv4
 		mk("prod/moved", 50, "10.244.2.9/24", "fd00:10:244:2::9/64", strings.ToUpper("02:76:0a:f4:01:08")), // api's MAC, spelt otherwise
 	}
-	got := clashes(cs)
+	var us []usable
+	for _, c := range cs {
+		u, err := checkClaim(c, newPrefixSet([]netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/48")}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		us = append(us, u)
+	}
+	got := clashes(us)
 	want := map[string]string{
 		"default/thief": `VMClaim default/thief: status.ipv4 "10.244.1.5/24" is VMClaim default/web's`,
 		"default/web":   `VMClaim default/web: status.ipv6 "fd00:10:244:1::5/64" is VMClaim default/db's`,
