@@ -43,7 +43,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		if err := p.dp.DeleteHostLink(HostVethName(key)); err != nil {
 			errs = append(errs, err)
 		}
-		for _, dst := range hostRoutes(held) {
+		for _, dst := range HostRoutes(held) {
 			if err := p.dp.UnrouteHost(c.Bridge, dst); err != nil {
 				errs = append(errs, err)
 			}

@@ -17,7 +17,6 @@ import (
 	"github.com/vmlane/vmlane/internal/antispoof"
 	"github.com/vmlane/vmlane/internal/bridge"
 	"github.com/vmlane/vmlane/internal/kernel"
-	"github.com/vmlane/vmlane/internal/netaddr"
 	"github.com/vmlane/vmlane/internal/sysctl"
 )
 
@@ -372,38 +371,9 @@ func (netlinkDataplane) Unguard(ports ...string) error      { return antispoof.T
 func (netlinkDataplane) Guarded() ([]antispoof.Port, error) { return antispoof.Table{}.Ports() }
 
 func (netlinkDataplane) RouteHost(bridgeName string, dst netip.Prefix) error {
-	br, err := netlinksafe.LinkByName(bridgeName)
-	if err != nil {
-		return fmt.Errorf("looking up %s: %w", bridgeName, err)
-	}
-	return netlink.RouteReplace(&netlink.Route{
-		LinkIndex: br.Attrs().Index,
-		Dst:       netaddr.IPNet(dst),
-		Scope:     netlink.SCOPE_LINK,
-		Protocol:  netlink.RouteProtocol(HostRouteProtocol),
-		Table:     unix.RT_TABLE_MAIN,
-	})
+	return bridge.RouteHost(bridgeName, dst)
 }
 
 func (netlinkDataplane) UnrouteHost(bridgeName string, dst netip.Prefix) error {
-	br, err := netlinksafe.LinkByName(bridgeName)
-	if isNotFound(err) {
-		return nil // the route went with the bridge
-	}
-	if err != nil {
-		return fmt.Errorf("looking up %s: %w", bridgeName, err)
-	}
-	// The scope is part of what an IPv4 delete matches (universe, the
-	// zero value, would miss this scope-link route).
-	err = netlink.RouteDel(&netlink.Route{
-		LinkIndex: br.Attrs().Index,
-		Dst:       netaddr.IPNet(dst),
-		Scope:     netlink.SCOPE_LINK,
-		Protocol:  netlink.RouteProtocol(HostRouteProtocol),
-		Table:     unix.RT_TABLE_MAIN,
-	})
-	if errors.Is(err, syscall.ESRCH) {
-		return nil
-	}
-	return err
+	return bridge.UnrouteHost(bridgeName, dst)
 }

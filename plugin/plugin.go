@@ -255,7 +255,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		}
 		// A VM whose addresses moved in from another node's subnet is
 		// reached through the bridge by a host route each.
-		for _, dst := range hostRoutes(lease) {
+		for _, dst := range HostRoutes(lease) {
 			defer func() {
 				if !success {
 					if uerr := p.dp.UnrouteHost(c.Bridge, dst); uerr != nil {
@@ -322,12 +322,12 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 }
 
 // HostRouteProtocol marks the host routes of VMs that moved in (`ip route`
-// proto 78): the plugin owns them, beside the route controller's 77.
-const HostRouteProtocol = 78
+// proto 78), beside the route controller's 77.
+const HostRouteProtocol = bridge.HostRouteProtocol
 
-// hostRoutes are the routes onto the bridge a lease that moved in needs:
+// HostRoutes are the routes onto the bridge a lease that moved in needs:
 // its addresses lie outside the bridge's subnets.
-func hostRoutes(l leases.Lease) []netip.Prefix {
+func HostRoutes(l leases.Lease) []netip.Prefix {
 	var out []netip.Prefix
 	if l.Home.IsValid() {
 		out = append(out, netip.PrefixFrom(l.IP, 32))

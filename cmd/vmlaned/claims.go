@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vmlane/vmlane/leases"
+	"github.com/vmlane/vmlane/plugin"
 )
 
 // claimStatus is a VMClaim's status, as vmlaned writes it.
@@ -365,6 +366,48 @@ func (s prefixSet) String() string {
 	return fmt.Sprintf("%v … (%d prefixes)", s.all[:show], len(s.all))
 }
 
+// hostRouteDiff is what keeps the bridge's host routes (proto 78, see
+// plugin.HostRoutes) exactly those of the live leases of f whose addresses
+// moved in: routes to add and to delete. The plugin adds and removes them
+// at ADD and DEL; this sweeps what an interrupted one left (a stale route
+// would send a VM's traffic onto a bridge it is no longer on) and puts back
+// what went with a bridge made anew. f nil is a node without a lease file.
+func hostRouteDiff(f *leases.File, have []netip.Prefix) (add, del []netip.Prefix) {
+	want := map[netip.Prefix]bool{}
+	if f != nil {
+		for _, l := range f.Leases {
+			if l.Live() {
+				for _, p := range plugin.HostRoutes(l) {
+					want[p] = true
+				}
+			}
+		}
+	}
+	add, del = setDiff(have, want, func(netip.Prefix) bool { return true })
+	slices.SortFunc(add, netip.Prefix.Compare)
+	return add, del
+}
+
+// setDiff is what to add to have and to delete from it to make it want,
+// leaving alone the entries of have that ours says are not ours. It takes
+// want's entries as it goes.
+func setDiff[T comparable](have []T, want map[T]bool, ours func(T) bool) (add, del []T) {
+	for _, x := range have {
+		if !ours(x) {
+			continue
+		}
+		if want[x] {
+			delete(want, x)
+		} else {
+			del = append(del, x)
+		}
+	}
+	for x := range want {
+		add = append(add, x)
+	}
+	return add, del
+}
+
 // proxyDiff is what keeps the bridge's NDP proxy entries of subnet6 (its
 // own IPv6 pod subnet) exactly want's addresses of subnet6: entries to add
 // and to delete. Entries of other prefixes are not vmlane's and stay.
@@ -375,19 +418,7 @@ func proxyDiff(have, want []netip.Addr, subnet6 netip.Prefix) (add, del []netip.
 			wanted[a] = true
 		}
 	}
-	for _, a := range have {
-		if !subnet6.Contains(a) {
-			continue
-		}
-		if wanted[a] {
-			delete(wanted, a)
-		} else {
-			del = append(del, a)
-		}
-	}
-	for a := range wanted {
-		add = append(add, a)
-	}
+	add, del = setDiff(have, wanted, subnet6.Contains)
 	slices.SortFunc(add, netip.Addr.Compare)
 	return add, del
 }

@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/vmlane/vmlane/internal/atomicfile"
+	"github.com/vmlane/vmlane/internal/bridge"
 	"github.com/vmlane/vmlane/leases"
 	"github.com/vmlane/vmlane/plugin"
 	"github.com/vmlane/vmlane/routes"
@@ -80,8 +81,10 @@ type claimsSync struct {
 		// mirrorJSON is mirror as writeMirror encoded it.
 		mirrorJSON []byte
 	}
-	// proxies is the bridge's NDP proxy table (netlinkProxies).
+	// proxies is the bridge's NDP proxy table (netlinkProxies), hosts its
+	// host routes (bridgeHostRoutes).
 	proxies neighProxies
+	hosts   hostRouter
 	// frames is the bridge's record of the MACs it heard (netlinkFrames),
 	// ann what the node remembers of live migrations, and awaited the MACs
 	// of migrating guests, for the watcher that wakes a pass when the
@@ -111,7 +114,7 @@ func runClaims(ctx context.Context, dyn dynamic.Interface, c *config, subnet net
 		return
 	}
 	s := &claimsSync{c: c, api: api, claims: inf.GetStore(), store: store, ctrl: ctrl, log: log, warned: map[string]string{},
-		proxies: netlinkProxies{}, frames: netlinkFrames{}}
+		proxies: netlinkProxies{}, frames: netlinkFrames{}, hosts: bridgeHostRoutes{}}
 	heardKick := make(chan struct{}, 1)
 	go watchFrames(ctx, &s.awaited, func() {
 		select {
@@ -225,14 +228,25 @@ func runClaimRoutes(ctx context.Context, dyn dynamic.Interface, c *config, ctrl 
 
 // pass is one round: publish, then apply.
 func (s *claimsSync) pass(ctx context.Context) {
+	// The host routes are listed before the leases are read: the plugin
+	// writes a lease before it adds its route, so a route listed here
+	// has its lease in the file read next.
+	routed, rerr := s.hosts.List(s.c.Bridge)
 	snap, err := leases.Read(s.c.LeaseFile)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		s.log.Warn("reading the lease file", "err", err)
 		return
 	}
 	want := map[string]claimStatus{}
+	var file *leases.File
 	if snap != nil {
-		want = leaseClaims(&snap.File, s.c.NodeName)
+		file = &snap.File
+		want = leaseClaims(file, s.c.NodeName)
+	}
+	if rerr != nil {
+		s.log.Warn("listing the bridge's host routes", "bridge", s.c.Bridge, "err", rerr)
+	} else {
+		s.sweepHostRoutes(file, routed)
 	}
 	have := s.list()
 	heard := s.heard(want, have)
@@ -571,6 +585,40 @@ func (p netlinkProxies) Del(bridge string, a netip.Addr) error {
 	}
 	return netlink.NeighDel(n)
 }
+
+// sweepHostRoutes brings the bridge's host routes in line with the leases
+// (hostRouteDiff).
+func (s *claimsSync) sweepHostRoutes(f *leases.File, have []netip.Prefix) {
+	add, del := hostRouteDiff(f, have)
+	for _, p := range del {
+		if err := s.hosts.Del(s.c.Bridge, p); err != nil {
+			s.log.Warn("removing a stale host route", "dst", p, "err", err)
+			continue
+		}
+		s.log.Info("removed a host route no lease of a VM that moved in needs", "dst", p)
+	}
+	for _, p := range add {
+		if err := s.hosts.Add(s.c.Bridge, p); err != nil {
+			s.log.Warn("adding the host route of a VM that moved in", "dst", p, "err", err)
+			continue
+		}
+		s.log.Info("added the host route of a VM that moved in", "dst", p)
+	}
+}
+
+// hostRouter is the bridge's host routes (bridge.HostRoutes & co.); tests
+// use a fake.
+type hostRouter interface {
+	List(bridge string) ([]netip.Prefix, error)
+	Add(bridge string, dst netip.Prefix) error
+	Del(bridge string, dst netip.Prefix) error
+}
+
+type bridgeHostRoutes struct{}
+
+func (bridgeHostRoutes) List(br string) ([]netip.Prefix, error) { return bridge.HostRoutes(br) }
+func (bridgeHostRoutes) Add(br string, dst netip.Prefix) error  { return bridge.RouteHost(br, dst) }
+func (bridgeHostRoutes) Del(br string, dst netip.Prefix) error  { return bridge.UnrouteHost(br, dst) }
 
 // bridgeFrames is a bridge's forwarding database, read for when it last
 // had a frame from each MAC it learnt on a port; netlinkFrames is the

@@ -208,3 +208,35 @@ func TestClaimsList(t *testing.T) {
 	list(true, "default/web@node-b")
 	list(false, "default/web@node-b")
 }
+
+// TestSweepHostRoutes: on a real bridge, a host route that no live lease
+// needs (an interrupted DEL's) goes, and a moved-in lease's missing one (a
+// bridge made anew) comes back; other routes of the bridge stay.
+func TestSweepHostRoutes(t *testing.T) {
+	privtest.Require(t, "ip")
+	node := netnstest.New(t, "node")
+	node.MustRun(t, "ip", "link", "add", "vmlane0", "type", "bridge")
+	node.MustRun(t, "ip", "link", "set", "vmlane0", "up")
+	node.MustRun(t, "ip", "route", "add", "10.244.9.9/32", "dev", "vmlane0", "proto", "78", "scope", "link")
+	node.MustRun(t, "ip", "route", "add", "10.244.9.8/32", "dev", "vmlane0", "proto", "77")
+	f := &leases.File{Subnet: netip.MustParsePrefix("10.244.1.0/24"), Leases: []leases.Lease{{
+		IP: netip.MustParseAddr("10.244.0.5"), Home: netip.MustParsePrefix("10.244.0.0/24"), MAC: "02:76:0a:f4:00:05",
+		State: leases.StateReserved, Source: leases.SourceCNI, VMName: "default/web",
+	}}}
+	s := &claimsSync{c: &config{Bridge: "vmlane0"}, hosts: bridgeHostRoutes{}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	err := node.Do(func() error {
+		have, err := s.hosts.List("vmlane0")
+		if err != nil {
+			return err
+		}
+		s.sweepHostRoutes(f, have)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := node.MustRun(t, "ip", "route", "show", "dev", "vmlane0")
+	if !strings.Contains(out, "10.244.0.5 proto 78 scope link") || strings.Contains(out, "10.244.9.9") || !strings.Contains(out, "10.244.9.8 proto 77") {
+		t.Errorf("routes of vmlane0:\n%s\nwant 10.244.0.5 (proto 78) and the proto 77 route, not 10.244.9.9", out)
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -238,6 +239,31 @@ func TestClashes(t *testing.T) {
 		if !strings.Contains(got[vm], w) {
 			t.Errorf("%s: %q, want %q", vm, got[vm], w)
 		}
+	}
+}
+
+// TestHostRouteDiff: the bridge keeps one host route per address of each
+// live lease that moved in, and none for a held one, a lease of the node's
+// own subnets, or a lease that is gone.
+func TestHostRouteDiff(t *testing.T) {
+	p := netip.MustParsePrefix
+	f := &leases.File{Subnet: p("10.244.1.0/24"), Leases: []leases.Lease{
+		{IP: netip.MustParseAddr("10.244.0.5"), IP6: netip.MustParseAddr("fd00:10:244::5"), Home: p("10.244.0.0/24"), Home6: p("fd00:10:244::/64"),
+			MAC: "02:76:0a:f4:00:05", State: leases.StateReserved, Source: leases.SourceCNI, VMName: "default/web"},
+		{IP: netip.MustParseAddr("10.244.2.7"), Home: p("10.244.2.0/24"), MAC: "02:76:0a:f4:02:07", State: leases.StateHeld, Source: leases.SourceCNI, VMName: "default/gone"},
+		{IP: netip.MustParseAddr("10.244.1.9"), MAC: "02:76:0a:f4:01:09", State: leases.StateBound, Source: leases.SourceCNI, VMName: "default/home"},
+	}}
+	have := []netip.Prefix{p("10.244.0.5/32"), p("10.244.2.7/32"), p("10.244.3.3/32")}
+	add, del := hostRouteDiff(f, have)
+	if want := []netip.Prefix{p("fd00:10:244::5/128")}; !slices.Equal(add, want) {
+		t.Errorf("add %v, want %v", add, want)
+	}
+	slices.SortFunc(del, netip.Prefix.Compare)
+	if want := []netip.Prefix{p("10.244.2.7/32"), p("10.244.3.3/32")}; !slices.Equal(del, want) {
+		t.Errorf("del %v, want %v", del, want)
+	}
+	if add, del := hostRouteDiff(nil, have); len(add) != 0 || len(del) != 3 {
+		t.Errorf("without a lease file: add %v, del %v; want every route gone", add, del)
 	}
 }
 

@@ -7,6 +7,13 @@ package bridge
 
 import "fmt"
 
+// HostRouteProtocol marks the host routes of VMs whose addresses moved in
+// from another node's subnet (`ip route … proto 78`), beside the route
+// controller's 77: each routes one address onto the bridge, scope link.
+// The CNI plugin adds and removes them at ADD and DEL (RouteHost,
+// UnrouteHost); vmlaned sweeps what an interrupted one left.
+const HostRouteProtocol = 78
+
 // NotBridgeError: the name belongs to another kind of link (the host's
 // uplink, say), which vmlane must not touch.
 type NotBridgeError struct{ Name, Type string }
