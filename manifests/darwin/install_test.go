@@ -10,11 +10,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"howett.net/plist"
 )
 
-// fakes are the macOS tools install.sh runs. launchctl's `print` says the
+// fakes are the macOS tools install.sh runs, but for plutil, which is this
+// test binary (plutil_test.go). launchctl's `print` says the
 // job is still there twice after a bootout, and its first bootstrap fails
 // as launchd does when it comes too soon ("Bootstrap failed: 5:
 // Input/output error").
@@ -22,10 +26,6 @@ var fakes = map[string]string{
 	"uname":    `echo Darwin`,
 	"hostname": `echo MacBook-Pro.local`,
 	"file":     `echo "$1: Mach-O 64-bit executable x86_64"`,
-	"plutil": `case $1 in
--lint) exit 0 ;;
--replace) echo "$2=$4" >>"$5" ;;
-esac`,
 	// GNU install knows no wheel group: keep the mode, drop the owner.
 	"install": `args=; while [ $# -gt 0 ]; do case $1 in -o|-g) shift 2 ;; *) args="$args '$1'"; shift ;; esac; done; eval "exec /usr/bin/install $args"`,
 	"launchctl": `d=$(dirname "$0")
@@ -61,6 +61,13 @@ func TestInstall(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(self, filepath.Join(tools, "plutil")); err != nil {
+		t.Fatal(err)
+	}
 	for _, b := range []string{"vmlaned", "vmlanectl"} {
 		if err := os.WriteFile(filepath.Join(bin, b), []byte("#!/bin/sh\n"), 0o755); err != nil {
 			t.Fatal(err)
@@ -91,15 +98,28 @@ func TestInstall(t *testing.T) {
 		}
 		return string(b)
 	}
-	plist := read("/Library/LaunchDaemons/dev.vmlane.vmlaned.plist")
-	for _, want := range []string{
-		"EnvironmentVariables.NODE_NAME=macbook-pro.local", // the hostname, lowercased, as the kubelet's
-		`"--log-file","/var/log/vmlaned.log","--pid-file","/var/run/vmlaned.pid","--cluster-cidr","10.244.0.0/16"`,
-		"<string>/var/log/vmlaned.stderr.log</string>",
-	} {
-		if !strings.Contains(plist, want) {
-			t.Errorf("plist lacks %s:\n%s", want, plist)
-		}
+	installed := read("/Library/LaunchDaemons/dev.vmlane.vmlaned.plist")
+	if err := checkPlist([]byte(installed)); err != nil {
+		t.Fatalf("the installed plist: %v", err)
+	}
+	var job struct {
+		ProgramArguments     []string
+		EnvironmentVariables map[string]string
+		StandardErrorPath    string
+	}
+	if _, err := plist.Unmarshal([]byte(installed), &job); err != nil {
+		t.Fatal(err)
+	}
+	wantArgs := []string{"/usr/local/bin/vmlaned", "--kubeconfig", "/etc/vmlane/kubeconfig", "--log-file", "/var/log/vmlaned.log",
+		"--pid-file", "/var/run/vmlaned.pid", "--cluster-cidr", "10.244.0.0/16"}
+	if !slices.Equal(job.ProgramArguments, wantArgs) {
+		t.Errorf("ProgramArguments %q, want %q", job.ProgramArguments, wantArgs)
+	}
+	if got := job.EnvironmentVariables["NODE_NAME"]; got != "macbook-pro.local" { // the hostname, lowercased, as the kubelet's
+		t.Errorf("NODE_NAME %q, want macbook-pro.local", got)
+	}
+	if job.StandardErrorPath != "/var/log/vmlaned.stderr.log" {
+		t.Errorf("StandardErrorPath %q", job.StandardErrorPath)
 	}
 	if got := read("/etc/newsyslog.d/vmlaned.conf"); got != "/var/log/vmlaned.log\t644\t5\t10240\t*\tJ\t/var/run/vmlaned.pid\t1\n" {
 		t.Errorf("newsyslog.d entry %q: want the log rotated with SIGHUP to the pid file", got)
