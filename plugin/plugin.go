@@ -69,7 +69,7 @@ type dataplane interface {
 	BridgeStatus(name string) error
 	// RouteHost routes dst (an address of a VM that moved in from another
 	// node's subnet) onto the bridge, scope link, protocol
-	// HostRouteProtocol; UnrouteHost removes that route (none is
+	// bridge.HostRouteProtocol; UnrouteHost removes that route (none is
 	// success).
 	RouteHost(bridge string, dst netip.Prefix) error
 	UnrouteHost(bridge string, dst netip.Prefix) error
@@ -320,10 +320,6 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		return types.PrintResult(BuildResult(rc, a, lease.IP, lease.IP6), c.CNIVersion)
 	})
 }
-
-// HostRouteProtocol marks the host routes of VMs that moved in (`ip route`
-// proto 78), beside the route controller's 77.
-const HostRouteProtocol = bridge.HostRouteProtocol
 
 // HostRoutes are the routes onto the bridge a lease that moved in needs:
 // its addresses lie outside the bridge's subnets.

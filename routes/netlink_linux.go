@@ -3,7 +3,6 @@ package routes
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"syscall"
 
@@ -40,18 +39,6 @@ func NewKernelTable() routeTable {
 	return netlinkTable{h: h, batch: b}
 }
 
-func toPrefix(n *net.IPNet) netip.Prefix {
-	if n == nil {
-		return netip.Prefix{}
-	}
-	a, ok := netip.AddrFromSlice(n.IP)
-	if !ok {
-		return netip.Prefix{}
-	}
-	ones, _ := n.Mask.Size()
-	return netip.PrefixFrom(a.Unmap(), ones)
-}
-
 func (t netlinkTable) List() ([]KernelRoute, error) {
 	var out []KernelRoute
 	names := map[int]string{}
@@ -61,7 +48,7 @@ func (t netlinkTable) List() ([]KernelRoute, error) {
 			return nil, err
 		}
 		for _, r := range rs {
-			kr := KernelRoute{Dst: toPrefix(r.Dst), Proto: int(r.Protocol)}
+			kr := KernelRoute{Dst: netaddr.Prefix(r.Dst), Proto: int(r.Protocol)}
 			if !kr.Dst.IsValid() { // the default route
 				if fam == netlink.FAMILY_V4 {
 					kr.Dst = netip.PrefixFrom(netip.IPv4Unspecified(), 0)

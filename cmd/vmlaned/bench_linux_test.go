@@ -243,27 +243,38 @@ func (c *cluster) createNodes(vm func(i int) bool) (nodes []*corev1.Node, kept b
 	}
 	nodes = make([]*corev1.Node, benchNodes)
 	lost := make([]bool, benchNodes)
-	errs := make([]error, benchNodes)
+	err := inParallel(benchNodes, func(i int) (err error) {
+		var k bool
+		nodes[i], k, err = create(fmt.Sprintf("n%04d", i), i, benchNodeIP(i, 0))
+		lost[i] = !k
+		return err
+	})
+	if err != nil {
+		c.tb.Fatalf("creating Nodes: %v", err)
+	}
+	return nodes, !slices.Contains(lost, true)
+}
+
+// inParallel calls f(i) for each i < n from benchWorkers goroutines (a
+// benchmark's API objects are made as concurrent clients make them) and
+// joins the errors.
+func inParallel(n int, f func(i int) error) error {
+	errs := make([]error, n)
 	next := make(chan int)
 	var wg sync.WaitGroup
 	for range benchWorkers {
 		wg.Go(func() {
 			for i := range next {
-				var k bool
-				nodes[i], k, errs[i] = create(fmt.Sprintf("n%04d", i), i, benchNodeIP(i, 0))
-				lost[i] = !k
+				errs[i] = f(i)
 			}
 		})
 	}
-	for i := range benchNodes {
+	for i := range n {
 		next <- i
 	}
 	close(next)
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		c.tb.Fatalf("creating Nodes: %v", err)
-	}
-	return nodes, !slices.Contains(lost, true)
+	return errors.Join(errs...)
 }
 
 // listCost is the median of 3 lists of every Node in content type ct (""

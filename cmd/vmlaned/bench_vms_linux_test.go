@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -212,28 +210,16 @@ func installVMClaimCRD(b *testing.B, dyn dynamic.Interface) {
 // have published them, from benchWorkers clients.
 func createVMClaims(b *testing.B, dyn dynamic.Interface) {
 	b.Helper()
-	errs := make([]error, benchVMs)
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range benchWorkers {
-		wg.Go(func() {
-			for i := range next {
-				a := benchVMAddr(i).As4()
-				st := claimStatus{
-					IPv4: netip.PrefixFrom(benchVMAddr(i), 24).String(),
-					MAC:  fmt.Sprintf("02:76:%02x:%02x:%02x:%02x", a[0], a[1], a[2], a[3]),
-					Node: fmt.Sprintf("n%04d", benchVMHolder(i)), Pod: "default/" + benchVMName(i),
-				}
-				errs[i] = applyClaim(context.Background(), dyn.Resource(vmClaimGVR), claimAction{Op: "create", VM: "default/" + benchVMName(i), Status: st})
-			}
-		})
-	}
-	for i := range benchVMs {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	err := inParallel(benchVMs, func(i int) error {
+		a := benchVMAddr(i).As4()
+		st := claimStatus{
+			IPv4: netip.PrefixFrom(benchVMAddr(i), 24).String(),
+			MAC:  fmt.Sprintf("02:76:%02x:%02x:%02x:%02x", a[0], a[1], a[2], a[3]),
+			Node: fmt.Sprintf("n%04d", benchVMHolder(i)), Pod: "default/" + benchVMName(i),
+		}
+		return applyClaim(context.Background(), dyn.Resource(vmClaimGVR), claimAction{Op: "create", VM: "default/" + benchVMName(i), Status: st})
+	})
+	if err != nil {
 		b.Fatalf("creating VMClaims: %v", strings.SplitN(err.Error(), "\n", 2)[0])
 	}
 }

@@ -6,7 +6,6 @@ package main
 import (
 	"context"
 	"errors"
-	"net"
 	"net/netip"
 	"sync"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/vmlane/vmlane/internal/netaddr"
 	"github.com/vmlane/vmlane/internal/netnstest"
 	"github.com/vmlane/vmlane/routes"
 )
@@ -65,7 +65,7 @@ func watchRoutes(tb testing.TB, n *netnstest.NS, want int) *routeWatch {
 			if int(u.Protocol) != routes.DefaultProtocol || u.Table != unix.RT_TABLE_MAIN || u.Dst == nil {
 				continue
 			}
-			dst := toPrefix(u.Dst)
+			dst := netaddr.Prefix(u.Dst)
 			gw, _ := netip.AddrFromSlice(u.Gw)
 			w.mu.Lock()
 			switch u.Type {
@@ -90,12 +90,6 @@ func watchRoutes(tb testing.TB, n *netnstest.NS, want int) *routeWatch {
 		}
 	}()
 	return w
-}
-
-func toPrefix(n *net.IPNet) netip.Prefix {
-	a, _ := netip.AddrFromSlice(n.IP)
-	ones, _ := n.Mask.Size()
-	return netip.PrefixFrom(a.Unmap(), ones)
 }
 
 func (w *routeWatch) count() int {
@@ -166,7 +160,7 @@ func checkInstalled(tb testing.TB, n *netnstest.NS, want map[netip.Prefix]netip.
 	got := map[netip.Prefix]netip.Addr{}
 	for _, r := range rs {
 		gw, _ := netip.AddrFromSlice(r.Gw)
-		got[toPrefix(r.Dst)] = gw
+		got[netaddr.Prefix(r.Dst)] = gw
 	}
 	if len(got) != len(want) {
 		tb.Fatalf("%d routes with proto %d, want %d", len(got), routes.DefaultProtocol, len(want))

@@ -280,10 +280,7 @@ func (s *claimsSync) heard(want map[string]claimStatus, have []claim) map[string
 	mig := map[string]string{}
 	for _, c := range have {
 		if w, ok := want[c.VM]; ok && migrating(w, c.Status, s.c.NodeName, s.nodeUp) {
-			mac, err := leases.NormalizeMAC(w.MAC)
-			if err == nil {
-				mig[c.VM] = mac
-			}
+			mig[c.VM] = w.MAC // the lease's, normalized by the store
 		}
 	}
 	s.awaited.set(mig)

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/vmlane/vmlane/internal/command"
+	"github.com/vmlane/vmlane/internal/netaddr"
 	"github.com/vmlane/vmlane/leases"
 	"github.com/vmlane/vmlane/pf"
 )
@@ -193,9 +194,8 @@ func interfaces(log *slog.Logger) []pf.Iface {
 		addrs, _ := ifc.Addrs()
 		for _, a := range addrs {
 			if n, ok := a.(*net.IPNet); ok {
-				if ip, ok := netip.AddrFromSlice(n.IP); ok {
-					ones, _ := n.Mask.Size()
-					pi.Addrs = append(pi.Addrs, netip.PrefixFrom(ip.Unmap(), ones))
+				if p := netaddr.Prefix(n); p.IsValid() {
+					pi.Addrs = append(pi.Addrs, p)
 				}
 			}
 		}

@@ -72,9 +72,7 @@ func HostRoutes(name string) ([]netip.Prefix, error) {
 		if r.Dst == nil {
 			continue
 		}
-		a, _ := netip.AddrFromSlice(r.Dst.IP)
-		ones, _ := r.Dst.Mask.Size()
-		out = append(out, netip.PrefixFrom(a.Unmap(), ones))
+		out = append(out, netaddr.Prefix(r.Dst))
 	}
 	return out, nil
 }

@@ -27,6 +27,20 @@ func LastAddr(p netip.Prefix) netip.Addr {
 	return a
 }
 
+// Prefix is n as a netip.Prefix, an IPv4 address unmapped: the inverse of
+// IPNet. A nil or malformed n is the zero Prefix.
+func Prefix(n *net.IPNet) netip.Prefix {
+	if n == nil {
+		return netip.Prefix{}
+	}
+	a, ok := netip.AddrFromSlice(n.IP)
+	if !ok {
+		return netip.Prefix{}
+	}
+	ones, _ := n.Mask.Size()
+	return netip.PrefixFrom(a.Unmap(), ones)
+}
+
 // IPNet is p as the net package (and netlink) spells a prefix.
 func IPNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}

@@ -1,6 +1,7 @@
 package netaddr
 
 import (
+	"net"
 	"net/netip"
 	"testing"
 )
@@ -19,5 +20,22 @@ func TestLastAddr(t *testing.T) {
 		if got := LastAddr(netip.MustParsePrefix(in)).String(); got != want {
 			t.Errorf("LastAddr(%s) = %s, want %s", in, got, want)
 		}
+	}
+}
+
+// TestPrefix: Prefix undoes IPNet for both families, unmaps an IPv4 address
+// the net package holds in 16 bytes, and gives the zero Prefix for nil.
+func TestPrefix(t *testing.T) {
+	for _, s := range []string{"10.244.1.0/24", "10.244.0.5/32", "fd00:10:244::5/128", "0.0.0.0/0"} {
+		p := netip.MustParsePrefix(s)
+		if got := Prefix(IPNet(p)); got != p {
+			t.Errorf("Prefix(IPNet(%s)) = %s", p, got)
+		}
+	}
+	if got := Prefix(&net.IPNet{IP: net.ParseIP("10.1.2.0"), Mask: net.CIDRMask(24, 32)}); got != netip.MustParsePrefix("10.1.2.0/24") {
+		t.Errorf("a 16-byte IPv4 address: %s", got)
+	}
+	if got := Prefix(nil); got.IsValid() {
+		t.Errorf("Prefix(nil) = %s", got)
 	}
 }
