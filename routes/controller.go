@@ -41,6 +41,22 @@ type Options struct {
 	VMNodesOnly   bool
 	Services      []netip.Prefix
 	RouteServices bool
+	// CrossSubnet is the --cross-subnet mode (CrossSubnetOff when
+	// empty). With CrossSubnetVXLAN, Tunnel carries what direct routes
+	// cannot; with CrossSubnetBGP, a peer that is not on-link is the
+	// fabric's to reach and raises no Event.
+	CrossSubnet string
+	Tunnel      Tunnel
+	// Announcer, with CrossSubnetBGP, is told what the node announces
+	// (Desired.Announce) at every reconcile.
+	Announcer Announcer
+}
+
+// Announcer announces a node's prefixes to the fabric (package bgp's
+// Speaker): it is handed the whole set each time, and makes the
+// announcements exactly that.
+type Announcer interface {
+	Announce([]netip.Prefix)
 }
 
 // noPodCIDRsGrace is how long a Node may go without podCIDRs before it
@@ -116,7 +132,11 @@ func NewController(client kubernetes.Interface, table routeTable, ipt4, ipt6 ipt
 		reported: map[string]bool{},
 		ready:    make(chan struct{}),
 	}
-	c.loop = &Loop{Table: table, IPT4: ipt4, IPT6: ipt6, Proto: o.Protocol, Resync: o.Resync, Desired: c.desired, Observe: c.observe, Log: log}
+	if o.CrossSubnet == "" {
+		o.CrossSubnet = CrossSubnetOff
+	}
+	c.loop = &Loop{Table: table, IPT4: ipt4, IPT6: ipt6, Proto: o.Protocol, Resync: o.Resync, Desired: c.desired, Observe: c.observe, Log: log, Tunnel: o.Tunnel,
+		Fabric: o.CrossSubnet == CrossSubnetBGP}
 	c.loop.Init()
 	enqueue := func(kind string) func(any) {
 		return func(any) {
@@ -218,7 +238,11 @@ func (c *Controller) nodes() []Node {
 
 func (c *Controller) desired() Desired {
 	start := time.Now()
-	d := Compute(c.nodes(), Policy{Self: c.opts.NodeName, VMNodesOnly: c.opts.VMNodesOnly, Services: c.opts.Services, RouteServices: c.opts.RouteServices, VMs: c.vmList()})
+	d := Compute(c.nodes(), Policy{Self: c.opts.NodeName, VMNodesOnly: c.opts.VMNodesOnly, Services: c.opts.Services, RouteServices: c.opts.RouteServices, VMs: c.vmList(),
+		Tunnel: c.opts.Tunnel != nil, Announce: c.opts.Announcer != nil})
+	if c.opts.Announcer != nil {
+		c.opts.Announcer.Announce(d.Announce)
+	}
 	for _, s := range d.Skips {
 		if s.NoPodCIDRs {
 			if time.Since(s.Created) < noPodCIDRsGrace {
@@ -268,8 +292,18 @@ func (c *Controller) observe(out Outcome, err error) {
 		c.queue.Forget(syncKey)
 	}
 	for _, r := range out.Unreachable {
+		if c.opts.CrossSubnet == CrossSubnetBGP {
+			continue // the fabric routes it: every node announces its own
+		}
 		c.reportOnceByName(r.Node, "VmlaneNextHopUnreachable",
 			fmt.Sprintf("route %s not installed: next hop %s is not directly reachable from node %s", r.Dst, r.Via, c.opts.NodeName))
+	}
+	for _, s := range out.TunnelSkips {
+		c.reportOnceByName(s.Node, "VmlaneRouteSkipped", s.Reason)
+	}
+	if out.TunnelErr != nil {
+		c.reportOnceByName(c.opts.NodeName, "VmlaneVXLANFailed", fmt.Sprintf(
+			"VXLAN device %s on node %s: %v; peers that are not on-link are not reached", c.opts.Tunnel.Device(), c.opts.NodeName, out.TunnelErr))
 	}
 	for _, r := range out.Foreign {
 		c.log.Warn("a route of another owner holds a pod subnet; leaving it", "route", r.String())

@@ -53,16 +53,37 @@ type Policy struct {
 	// VMs are the VMs with VM identity (VMClaims): those away from their
 	// addresses' home subnets get a host route each (vmRoutes).
 	VMs []VM
+	// Tunnel asks for Desired.Addrs: the tunnel finds each peer's
+	// underlay address there.
+	Tunnel bool
+	// Announce asks for Desired.Announce (--cross-subnet=bgp).
+	Announce bool
 }
 
-// Route is a route vmlane wants in the kernel: Dst via Via, for Node.
+// Route is a route vmlane wants in the kernel: Dst via Via, for Node. Dev
+// is set only on a route through the tunnel (Dst via Via dev Dev onlink).
 type Route struct {
 	Dst  netip.Prefix
 	Via  netip.Addr
 	Node string
+	Dev  string
+	// TunnelVia is the next hop of the route through the tunnel, with
+	// Policy.Tunnel: the network address of Node's pod subnet of the
+	// family, as flannel's VXLAN backend has it. Not Node's own address:
+	// Linux refuses an IPv6 on-link gateway that a route through another
+	// device covers (a node's route to another node subnet), and the pod
+	// subnet is covered by nothing but this route. Zero when Node has no
+	// pod subnet of the family.
+	TunnelVia netip.Addr
 }
 
-func (r Route) String() string { return r.Dst.String() + " via " + r.Via.String() }
+func (r Route) String() string {
+	s := r.Dst.String() + " via " + r.Via.String()
+	if r.Dev != "" {
+		s += " dev " + r.Dev + " onlink"
+	}
+	return s
+}
 
 // Skip is a route vmlane does not install, and why.
 type Skip struct {
@@ -101,6 +122,15 @@ type Desired struct {
 	// of, IPv4 first; WithNAT fills it. Each names its family by its
 	// PodCIDR, so a consumer never matches them to families by position.
 	NAT []NATOptions
+	// Addrs are every other node's addresses, by name, with
+	// Policy.Tunnel.
+	Addrs map[string][]netip.Addr
+	// Announce is what this node announces to BGP peers, with
+	// Policy.Announce: its pod subnets (but one that overlaps another
+	// node's: there is no telling which is right, so neither is
+	// announced), and the /32 and /128 of the VMs that live here away
+	// from their addresses' home subnets. Sorted.
+	Announce []netip.Prefix
 }
 
 // WithNAT returns d with its NAT rules: for each family of this node's pod
@@ -171,6 +201,14 @@ func Compute(nodes []Node, p Policy) Desired {
 		d.ServiceClients = Aggregate(clients)
 	}
 
+	if p.Tunnel {
+		d.Addrs = make(map[string][]netip.Addr, len(nodes))
+		for _, n := range nodes {
+			if n.Name != p.Self {
+				d.Addrs[n.Name] = n.Addrs
+			}
+		}
+	}
 	overlaps := findOverlaps(nodes)
 	overlap := func(node string, p netip.Prefix) string { return overlaps[claim{p, node}] }
 
@@ -211,6 +249,14 @@ func Compute(nodes []Node, p Policy) Desired {
 	}
 	vr, vs := vmRoutes(nodes, p.VMs, p.Self)
 	d.Routes, d.Skips = append(d.Routes, vr...), append(d.Skips, vs...)
+	if p.Tunnel {
+		setTunnelVias(d.Routes, nodes)
+	}
+	if p.Announce {
+		var skips []Skip
+		d.Announce, skips = announced(nodes, p.VMs, p.Self, overlap)
+		d.Skips = append(d.Skips, skips...)
+	}
 	slices.SortFunc(d.Routes, func(a, b Route) int { return comparePrefix(a.Dst, b.Dst) })
 	slices.SortFunc(d.Skips, func(a, b Skip) int {
 		if a.Node != b.Node {
@@ -222,6 +268,59 @@ func Compute(nodes []Node, p Policy) Desired {
 		return comparePrefix(a.Dst, b.Dst)
 	})
 	return d
+}
+
+// announced is what node self announces (Desired.Announce), and the pod
+// subnets of its that it does not, with the reason.
+func announced(nodes []Node, vms []VM, self string, overlap func(string, netip.Prefix) string) ([]netip.Prefix, []Skip) {
+	var out []netip.Prefix
+	var skips []Skip
+	var own []netip.Prefix
+	for _, n := range nodes {
+		if n.Name != self {
+			continue
+		}
+		own = n.PodCIDRs
+		for _, c := range n.PodCIDRs {
+			if why := overlap(self, c); why != "" {
+				skips = append(skips, Skip{Node: self, Dst: c, Reason: "not announced to BGP peers: " + why})
+				continue
+			}
+			out = append(out, c.Masked())
+		}
+	}
+	for _, vm := range vms {
+		if vm.Node != self {
+			continue
+		}
+		for _, a := range vm.Addrs {
+			if !slices.ContainsFunc(own, func(p netip.Prefix) bool { return p.Contains(a) }) {
+				out = append(out, netip.PrefixFrom(a, a.BitLen()))
+			}
+		}
+	}
+	slices.SortFunc(out, comparePrefix)
+	return slices.Compact(out), skips
+}
+
+// setTunnelVias fills each route's TunnelVia from its node's pod subnets.
+func setTunnelVias(rs []Route, nodes []Node) {
+	byName := make(map[string]*Node, len(nodes))
+	for i := range nodes {
+		byName[nodes[i].Name] = &nodes[i]
+	}
+	for i, r := range rs {
+		n := byName[r.Node]
+		if n == nil {
+			continue
+		}
+		for _, p := range n.PodCIDRs {
+			if p.Addr().Is4() == r.Dst.Addr().Is4() {
+				rs[i].TunnelVia = p.Masked().Addr()
+				break
+			}
+		}
+	}
 }
 
 // gatewayFor picks the Service gateway of node self for one family: among

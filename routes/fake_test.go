@@ -78,6 +78,19 @@ func (f *fakeTable) Replace(dst netip.Prefix, via netip.Addr, proto int) error {
 	return nil
 }
 
+// ReplaceOnLink installs a tunnel route whatever via's reachability, as
+// the kernel does with the onlink flag; onLinkUnsupported leaves it out,
+// as on macOS.
+func (f *fakeTable) ReplaceOnLink(dst netip.Prefix, via netip.Addr, dev string, proto int) error {
+	call := fmt.Sprintf("replace %s via %s dev %s onlink proto %d", dst, via, dev, proto)
+	f.calls = append(f.calls, call)
+	if f.failOn != "" && strings.HasPrefix(call, f.failOn) {
+		return fmt.Errorf("injected failure")
+	}
+	f.routes[dst] = KernelRoute{Dst: dst, Via: via, Dev: dev, Proto: proto}
+	return nil
+}
+
 func (f *fakeTable) Delete(r KernelRoute) error {
 	call := "del " + r.String()
 	f.calls = append(f.calls, call)

@@ -32,7 +32,16 @@ type Loop struct {
 	// reconcile's: state a backend keeps besides routes and iptables
 	// (macOS's pf anchor and forwarding sysctls, see NewAnchorController).
 	After func(nat []NATOptions, full bool) error
-	Log   *slog.Logger
+	// Tunnel, if set, carries the routes whose next hop is not directly
+	// reachable (--cross-subnet=vxlan). Its failures (the device cannot
+	// be made, an FDB entry is refused) are the outcome's TunnelErr, not
+	// the reconcile's error: the direct routes are whole, and the node
+	// stays healthy while the operator fixes what the Event says.
+	Tunnel Tunnel
+	// Fabric routes host routes whose next hop is not directly reachable
+	// via the fabric (OffLink.Fabric; --cross-subnet=bgp).
+	Fabric bool
+	Log    *slog.Logger
 
 	trigger chan struct{}
 	applied [2][]Chain // per family (familyIndex), the chains last applied without error
@@ -98,7 +107,22 @@ func (l *Loop) Once() (Outcome, error) { return l.reconcile(true) }
 func (l *Loop) reconcile(full bool) (Outcome, error) {
 	start := time.Now()
 	d := l.Desired()
-	out, err := Reconcile(l.Table, d.Routes, l.Proto)
+	dev, terr := "", error(nil)
+	if l.Tunnel != nil {
+		if terr = l.Tunnel.Ensure(); terr == nil {
+			dev = l.Tunnel.Device()
+		}
+	}
+	out, err := ReconcileOffLink(l.Table, d.Routes, l.Proto, OffLink{Tunnel: dev, Fabric: l.Fabric})
+	if dev != "" {
+		var peers []TunnelPeer
+		peers, out.TunnelSkips = TunnelPeers(out.Tunneled, d.Addrs, l.Tunnel.Local())
+		terr = l.Tunnel.Sync(peers)
+	}
+	out.TunnelErr = terr
+	if terr != nil {
+		l.Log.Error("VXLAN tunnel", "err", terr)
+	}
 	for _, o := range d.NAT {
 		i := o.family()
 		ipt := [2]iptablesInterface{l.IPT4, l.IPT6}[i]

@@ -17,6 +17,8 @@ type Metrics struct {
 	reconcile prometheus.Histogram
 	compute   prometheus.Histogram
 	events    *prometheus.CounterVec
+	tunneled  prometheus.Gauge
+	tunnelErr prometheus.Counter
 }
 
 // NewMetrics registers the metrics with reg (nil: not registered, for
@@ -32,9 +34,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reconcile: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "vmlane_reconcile_duration_seconds", Help: "Time to reconcile routes and iptables.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
 		compute:   prometheus.NewHistogram(prometheus.HistogramOpts{Name: "vmlane_desired_compute_duration_seconds", Help: "Time to compute the desired state from the Node cache.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
 		events:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vmlane_informer_events_total", Help: "Node informer events by type."}, []string{"type"}),
+		tunneled:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "vmlane_routes_tunneled", Help: "Routes through the VXLAN device after the last reconcile (--cross-subnet=vxlan)."}),
+		tunnelErr: prometheus.NewCounter(prometheus.CounterOpts{Name: "vmlane_vxlan_errors_total", Help: "Reconciles whose VXLAN device or its FDB and neighbour entries could not be made as wanted."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.owned, m.installed, m.deleted, m.skipped, m.foreign, m.errors, m.reconcile, m.compute, m.events)
+		reg.MustRegister(m.owned, m.installed, m.deleted, m.skipped, m.foreign, m.errors, m.reconcile, m.compute, m.events, m.tunneled, m.tunnelErr)
 	}
 	return m
 }
@@ -63,6 +67,10 @@ func (m *Metrics) observe(out Outcome, err error) {
 	m.deleted.Add(float64(len(out.Deleted)))
 	m.skipped.Add(float64(len(out.Unreachable)))
 	m.foreign.Set(float64(len(out.Foreign)))
+	m.tunneled.Set(float64(len(out.Tunneled)))
+	if out.TunnelErr != nil {
+		m.tunnelErr.Inc()
+	}
 	if err != nil {
 		m.errors.Inc()
 	}

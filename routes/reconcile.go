@@ -69,6 +69,18 @@ type Outcome struct {
 	// without having its destination (one contains the other): both are
 	// kept, and the longer prefix wins for the addresses both cover.
 	Overlaps []Overlap
+	// Tunneled are the desired routes that go through the tunnel after
+	// the reconcile (installed now or kept), each with its Dev; with a
+	// tunnel, routes whose next hop is not directly reachable go there
+	// instead of to Unreachable.
+	Tunneled []Route
+	// ViaFabric are the host routes routed via the fabric's gateway
+	// (OffLink.Fabric), installed now or kept, with that gateway as Via.
+	ViaFabric []Route
+	// TunnelSkips are tunnel routes whose peer could not be programmed
+	// (TunnelPeers), and TunnelErr what went wrong with the device.
+	TunnelSkips []Skip
+	TunnelErr   error
 	// Owned is the number of owned routes after the reconcile.
 	Owned int
 	// Duration is how long the reconcile took (set by Loop).
@@ -88,7 +100,45 @@ type Overlap struct {
 // overwritten. It adds and replaces before it deletes, and returns every
 // error joined, having done all it could.
 func Reconcile(t routeTable, want []Route, proto int) (Outcome, error) {
+	return ReconcileTunnel(t, want, proto, "")
+}
+
+// ReconcileTunnel is Reconcile with a tunnel device (empty: none): a
+// desired route whose next hop is not directly reachable goes through the
+// device instead (Dst via Via dev tunnel onlink), and a route through it
+// whose next hop has become directly reachable is replaced by the direct
+// route. Reachability is the kernel's judgement (ip route get), asked of
+// every tunnel route at every reconcile, so a peer that moves onto or off
+// a connected subnet changes path at the next resync at the latest.
+func ReconcileTunnel(t routeTable, want []Route, proto int, tunnel string) (Outcome, error) {
+	return ReconcileOffLink(t, want, proto, OffLink{Tunnel: tunnel})
+}
+
+// OffLink says what a reconcile does with a desired route whose next hop is
+// not directly reachable; the zero value reports it (Outcome.Unreachable).
+type OffLink struct {
+	// Tunnel is the tunnel device that carries such routes
+	// (--cross-subnet=vxlan; see ReconcileTunnel).
+	Tunnel string
+	// Fabric routes such a host route (a VM away from home) via the
+	// gateway the kernel uses toward the VM's node (--cross-subnet=bgp):
+	// the fabric has the address from that node's announcement, more
+	// specific than the pod subnet that holds it, which this node and
+	// its neighbours would otherwise route on-link or to the home node.
+	// Pod subnet routes need nothing: the node's default route leads to
+	// the fabric.
+	Fabric bool
+}
+
+// ReconcileOffLink is Reconcile with o for the routes whose next hop is
+// not directly reachable.
+func ReconcileOffLink(t routeTable, want []Route, proto int, o OffLink) (Outcome, error) {
 	var out Outcome
+	tunnel := o.Tunnel
+	onLink, _ := t.(onLinkReplacer)
+	if onLink == nil {
+		tunnel = ""
+	}
 	actual, err := t.List()
 	if err != nil {
 		return out, fmt.Errorf("listing routes: %w", err)
@@ -124,9 +174,26 @@ func Reconcile(t routeTable, want []Route, proto int) (Outcome, error) {
 				out.Overlaps = append(out.Overlaps, Overlap{Route: r, Other: f})
 			}
 		}
-		if have, ok := owned[r.Dst]; ok && have.Via == r.Via {
-			wanted[r.Dst] = true
-			continue
+		if have, ok := owned[r.Dst]; ok {
+			if have.Via == r.Via && (tunnel == "" || have.Dev != tunnel) {
+				wanted[r.Dst] = true
+				continue
+			}
+			if tunnel != "" && have.Dev == tunnel && have.Via == r.TunnelVia && offLink(t, r.Via) {
+				wanted[r.Dst] = true
+				out.Tunneled = append(out.Tunneled, r.throughTunnel(tunnel))
+				continue
+			}
+			if o.Fabric && isHostRoute(r.Dst) && have.Via != r.Via {
+				if gw, ok := gatewayTo(t, r.Via); ok && have.Via == gw {
+					wanted[r.Dst] = true
+					r.Via = gw
+					out.ViaFabric = append(out.ViaFabric, r)
+					continue
+				}
+			}
+			// Otherwise (a new next hop, or on-link now) the direct
+			// route is tried first.
 		}
 		replace = append(replace, r)
 	}
@@ -142,9 +209,31 @@ func Reconcile(t routeTable, want []Route, proto int) (Outcome, error) {
 			// route). Either is the cluster's layout, not a failure of
 			// this reconcile, which must not keep failing (and the
 			// health check with it) over one badly placed node.
-			gw, gerr := t.Get(r.Via)
-			if (gerr == nil && gw.IsValid()) || errors.Is(gerr, syscall.ENETUNREACH) || errors.Is(gerr, syscall.EHOSTUNREACH) {
-				out.Unreachable = append(out.Unreachable, r)
+			if offLink(t, r.Via) {
+				if gw, ok := gatewayTo(t, r.Via); ok && o.Fabric && isHostRoute(r.Dst) {
+					r.Via = gw
+					wanted[r.Dst] = true
+					if err := t.Replace(r.Dst, gw, proto); err != nil {
+						errs = append(errs, fmt.Errorf("adding route %s via the fabric: %w", r, err))
+						continue
+					}
+					out.Installed = append(out.Installed, r)
+					out.ViaFabric = append(out.ViaFabric, r)
+					continue
+				}
+				if tunnel == "" || !r.TunnelVia.IsValid() {
+					out.Unreachable = append(out.Unreachable, r)
+					continue
+				}
+				r = r.throughTunnel(tunnel)
+				if err := onLink.ReplaceOnLink(r.Dst, r.Via, tunnel, proto); err != nil {
+					wanted[r.Dst] = true
+					errs = append(errs, fmt.Errorf("adding route %s: %w", r, err))
+					continue
+				}
+				wanted[r.Dst] = true
+				out.Installed = append(out.Installed, r)
+				out.Tunneled = append(out.Tunneled, r)
 				continue
 			}
 			wanted[r.Dst] = true // keep an old owned route rather than delete it
@@ -171,6 +260,28 @@ func Reconcile(t routeTable, want []Route, proto int) (Outcome, error) {
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// throughTunnel is r as it goes through the tunnel device dev: via its
+// TunnelVia, on-link.
+func (r Route) throughTunnel(dev string) Route {
+	r.Via, r.Dev = r.TunnelVia, dev
+	return r
+}
+
+// gatewayTo is the gateway of the kernel's route to via, if it has one.
+func gatewayTo(t routeTable, via netip.Addr) (netip.Addr, bool) {
+	gw, err := t.Get(via)
+	return gw, err == nil && gw.IsValid()
+}
+
+func isHostRoute(p netip.Prefix) bool { return p.Bits() == p.Addr().BitLen() }
+
+// offLink reports whether via is not directly reachable: the kernel's
+// route to it has a gateway, or there is none.
+func offLink(t routeTable, via netip.Addr) bool {
+	gw, err := t.Get(via)
+	return (err == nil && gw.IsValid()) || errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, syscall.EHOSTUNREACH)
 }
 
 // batchReplacer is a routeTable that replaces many routes at once (the

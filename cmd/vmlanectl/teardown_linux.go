@@ -44,6 +44,11 @@ func teardown(w io.Writer, o teardownOpts) error {
 		fmt.Fprintf(w, "removed route %s\n", r)
 	}
 	fmt.Fprintf(w, "removed iptables chains %s and %s\n", routes.ChainNAT, routes.ChainForward)
+	if had, err := routes.RemoveVXLAN(""); err != nil {
+		errs = append(errs, err)
+	} else if had {
+		fmt.Fprintf(w, "removed VXLAN device %s\n", routes.DefaultVXLANDevice)
+	}
 	for _, p := range []string{filepath.Join(o.cniConfDir, plugin.ConflistName), filepath.Join(o.vmCNIConfDir, plugin.VMConflistName)} {
 		err := os.Remove(p)
 		switch {

@@ -86,7 +86,11 @@ func (l *linuxNode) controller(ctx context.Context, client kubernetes.Interface,
 		l.log.Warn("ip6tables unusable; IPv6 pod traffic gets no vmlane rules", "err", err)
 		ipt6 = nil
 	}
-	ctrl := routes.NewController(client, routes.NewKernelTable(), ipt4, ipt6, recorder, routes.NewMetrics(reg), l.log.With("component", "routes"), routeOptions(c))
+	o := routeOptions(c)
+	if o.Tunnel, err = newTunnel(c, l.log); err != nil {
+		return nil, err
+	}
+	ctrl := routes.NewController(client, routes.NewKernelTable(), ipt4, ipt6, recorder, routes.NewMetrics(reg), l.log.With("component", "routes"), o)
 	if dyn, err := dynamicClient(c.Kubeconfig); err != nil {
 		l.log.Warn("no client for VMClaims: VMs keep their addresses on this node only", "err", err)
 	} else {
@@ -127,10 +131,15 @@ func setupNode(c *config, subnet netip.Prefix, log *slog.Logger) (int, error) {
 	gw := subnet.Addr().Next()
 	mtu := c.MTU
 	if mtu == 0 {
-		mtu = bridge.DefaultRouteMTU()
-	}
-	if mtu == 0 {
-		mtu = 1500
+		mtu = uplinkMTU()
+		if c.Underlay.IsValid() {
+			// --cross-subnet=vxlan: every pod and VM fits the tunnel,
+			// whichever peer it talks to. A pod's MTU cannot follow its
+			// peers (a guest reads it once, from DHCP or the RA), and
+			// which peers are behind the tunnel changes with the cluster;
+			// flannel's DirectRouting makes the same choice.
+			mtu -= routes.VXLANOverhead(c.Underlay)
+		}
 	}
 	if _, err := bridge.Ensure(c.Bridge, netip.PrefixFrom(gw, subnet.Bits()), mtu, plugin.GatewayMAC); err != nil {
 		return 0, fmt.Errorf("setting up bridge %s: %w", c.Bridge, err)
@@ -171,6 +180,32 @@ func setupNode(c *config, subnet netip.Prefix, log *slog.Logger) (int, error) {
 	}
 	log.Info("node set up", "bridge", c.Bridge, "gateway", gw, "gateway6", gw6, "mtu", mtu)
 	return mtu, nil
+}
+
+// uplinkMTU is the MTU of the default route's link (1500 without one).
+func uplinkMTU() int {
+	if mtu := bridge.DefaultRouteMTU(); mtu != 0 {
+		return mtu
+	}
+	return 1500
+}
+
+// newTunnel returns the VXLAN tunnel of --cross-subnet=vxlan (its device is
+// made by the route loop, which reports what stops it). In any other mode
+// it removes a VXLAN device an earlier run left, with its routes: nothing
+// of a mode no longer in use stays behind.
+func newTunnel(c *config, log *slog.Logger) (routes.Tunnel, error) {
+	if c.CrossSubnet != routes.CrossSubnetVXLAN {
+		if had, err := routes.RemoveVXLAN(""); err != nil {
+			log.Warn("removing the VXLAN device of an earlier run", "device", routes.DefaultVXLANDevice, "err", err)
+		} else if had {
+			log.Info("removed the VXLAN device of an earlier run", "device", routes.DefaultVXLANDevice, "crossSubnet", c.CrossSubnet)
+		}
+		return nil, nil
+	}
+	mtu := uplinkMTU() - routes.VXLANOverhead(c.Underlay)
+	log.Info("cross-subnet mode vxlan", "device", routes.DefaultVXLANDevice, "vni", c.VXLANVNI, "port", c.VXLANPort, "underlay", c.Underlay, "mtu", mtu)
+	return routes.NewVXLAN(routes.VXLANConfig{VNI: c.VXLANVNI, Port: c.VXLANPort, Local: c.Underlay, MTU: mtu})
 }
 
 // ensureForwarding turns on IP forwarding for subnet's family: pods reach

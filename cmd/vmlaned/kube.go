@@ -204,5 +204,22 @@ func routeOptions(c *config) routes.Options {
 		VMNodesOnly:      c.RoutesOnly,
 		Services:         c.ServiceCIDRs,
 		RouteServices:    c.RouteServices,
+		CrossSubnet:      c.CrossSubnet,
+		Announcer:        c.Announcer,
 	}
+}
+
+// underlayAddr is this node's address that peers send VXLAN packets to:
+// its first next-hop address (the --node-ip-annotation one, then its
+// InternalIPs), which also picks the underlay's family.
+func underlayAddr(ctx context.Context, client kubernetes.Interface, c *config) (netip.Addr, error) {
+	n, err := client.CoreV1().Nodes().Get(ctx, c.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("reading node %s for its VXLAN underlay address: %w", c.NodeName, err)
+	}
+	rn := routes.FromNode(n, c.NodeIPAnnotation)
+	if len(rn.Addrs) == 0 {
+		return netip.Addr{}, fmt.Errorf("node %s has no InternalIP (nor %s annotation) for the VXLAN underlay", c.NodeName, c.NodeIPAnnotation)
+	}
+	return rn.Addrs[0], nil
 }

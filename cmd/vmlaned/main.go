@@ -32,6 +32,7 @@ import (
 	"github.com/vmlane/vmlane/pf"
 	"github.com/vmlane/vmlane/plugin"
 	"github.com/vmlane/vmlane/routes"
+	"github.com/vmlane/vmlane/routes/bgp"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -58,6 +59,23 @@ type config struct {
 	// without it this node is a gateway (routes.Policy).
 	ServiceCIDRs  []netip.Prefix
 	RouteServices bool
+	// CrossSubnet is --cross-subnet (routes.CrossSubnetModes); VXLANVNI
+	// and VXLANPort are the VXLAN device's; Underlay is this node's
+	// underlay address (its first next-hop address), looked up at start
+	// in VXLAN mode.
+	CrossSubnet         string
+	VXLANVNI, VXLANPort int
+	Underlay            netip.Addr
+	// BGP (--cross-subnet=bgp): the node's ASN, its peers, the router ID
+	// (zero: the node's IPv4 address) and the file of the MD5 password
+	// (a Secret's key, mounted).
+	BGPASN          uint32
+	BGPPeers        peerList
+	BGPRouterID     netip.Addr
+	BGPPasswordFile string
+	// Announcer is the BGP speaker the route controller tells what to
+	// announce (set at start in bgp mode).
+	Announcer     routes.Announcer
 	RouteProtocol int
 	Resync        time.Duration
 	Masquerade    bool
@@ -113,6 +131,14 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
 	fs.StringVar(&podCIDR, "pod-cidr", "", "standalone mode: serve this subnet without Kubernetes (IPv4, or IPv4,IPv6 for dual stack)")
 	fs.StringVar(&clusterCIDR, "cluster-cidr", "", "the cluster's pod network, comma-separated (default: every node's podCIDRs)")
+	fs.StringVar(&c.CrossSubnet, "cross-subnet", routes.CrossSubnetOff, "what to do for nodes whose address is not on a subnet of this node: off (no route; an Event says so), bgp (announce this node's pod subnets to the --bgp-peer routers, which route them) or vxlan (through vmlane's VXLAN device, Linux only)")
+	var bgpASN, bgpRouterID string
+	fs.StringVar(&bgpASN, "bgp-asn", "", "--cross-subnet=bgp: this node's AS number (a Node may set its own with the "+bgp.AnnotationASN+" annotation)")
+	fs.Var(&c.BGPPeers, "bgp-peer", "--cross-subnet=bgp: a router to peer with, ADDR:ASN or [IPV6]:ASN; repeat for more (a Node may list its own in the "+bgp.AnnotationPeers+" annotation, comma-separated)")
+	fs.StringVar(&bgpRouterID, "bgp-router-id", "", "--cross-subnet=bgp: the BGP router ID (default: the node's IPv4 address)")
+	fs.StringVar(&c.BGPPasswordFile, "bgp-password-file", "", "--cross-subnet=bgp: a file holding the TCP MD5 password of every session (a Secret's key, mounted)")
+	fs.IntVar(&c.VXLANVNI, "vxlan-vni", routes.DefaultVXLANVNI, "--cross-subnet=vxlan: the VXLAN network identifier (flannel uses 1, Calico 4096)")
+	fs.IntVar(&c.VXLANPort, "vxlan-port", routes.DefaultVXLANPort, "--cross-subnet=vxlan: the VXLAN UDP port (flannel uses 8472)")
 	fs.IntVar(&c.RouteProtocol, "route-protocol", routes.DefaultProtocol, "route protocol number that marks vmlane's routes")
 	fs.DurationVar(&c.Resync, "resync-period", 30*time.Second, "how often routes and rules are checked without events")
 	fs.BoolVar(&c.Masquerade, "masquerade", true, "masquerade pod traffic that leaves the pod network")
@@ -217,6 +243,41 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		}
 		c.ClusterCIDRs = append(c.ClusterCIDRs, p)
 	}
+	if !slices.Contains(routes.CrossSubnetModes, c.CrossSubnet) {
+		return nil, fmt.Errorf("invalid --cross-subnet %q: want %s", c.CrossSubnet, strings.Join(routes.CrossSubnetModes, ", "))
+	}
+	if c.CrossSubnet == routes.CrossSubnetVXLAN && runtime.GOOS != "linux" {
+		return nil, errors.New("invalid --cross-subnet vxlan: VXLAN is for Linux nodes (macOS has no VXLAN device); a macOS node announces its pod subnet with --cross-subnet=bgp")
+	}
+	if c.CrossSubnet != routes.CrossSubnetOff && c.PodCIDR.IsValid() {
+		return nil, fmt.Errorf("--cross-subnet %s needs a cluster: a standalone node (--pod-cidr) has no other nodes to reach", c.CrossSubnet)
+	}
+	if c.CrossSubnet == routes.CrossSubnetBGP && c.RoutesOnly {
+		return nil, errors.New("--cross-subnet bgp announces this node's pod subnets, which in --routes-only mode are the other CNI's to announce; use vxlan or off")
+	}
+	if bgpASN != "" {
+		asn, err := bgp.ParseASN(bgpASN)
+		if err != nil {
+			return nil, fmt.Errorf("invalid --bgp-asn: %w", err)
+		}
+		c.BGPASN = asn
+	}
+	if bgpRouterID != "" {
+		a, err := netip.ParseAddr(bgpRouterID)
+		if err != nil || !a.Is4() {
+			return nil, fmt.Errorf("invalid --bgp-router-id %q: want an IPv4 address", bgpRouterID)
+		}
+		c.BGPRouterID = a
+	}
+	if c.BGPPasswordFile != "" && !filepath.IsAbs(c.BGPPasswordFile) {
+		return nil, fmt.Errorf("invalid --bgp-password-file %q: want an absolute path", c.BGPPasswordFile)
+	}
+	if c.VXLANVNI < 1 || c.VXLANVNI > 1<<24-1 {
+		return nil, fmt.Errorf("invalid --vxlan-vni %d: want 1-16777215", c.VXLANVNI)
+	}
+	if c.VXLANPort < 1 || c.VXLANPort > 65535 {
+		return nil, fmt.Errorf("invalid --vxlan-port %d: want 1-65535", c.VXLANPort)
+	}
 	if c.RouteProtocol < 5 || c.RouteProtocol > 255 {
 		return nil, fmt.Errorf("invalid --route-protocol %d: want 5-255 (0-4 are the kernel's)", c.RouteProtocol)
 	}
@@ -285,6 +346,26 @@ var fullModeOnly = map[string]bool{
 	"anti-spoof": true, "anti-spoof-period": true, "cni-conf-dir": true, "vm-cni-conf-dir": true, "cni-version": true,
 	"bridge": true, "lease-file": true, "mtu": true, "lease-time": true, "vm-hold-time": true, "dns": true, "search": true, "domain": true, "dhcp-range": true,
 	"vmnet-plist": true, "pf-anchor": true, "vmnet-network-file": true,
+}
+
+// peerList is the repeatable --bgp-peer flag.
+type peerList []bgp.Peer
+
+func (l *peerList) String() string {
+	var s []string
+	for _, p := range *l {
+		s = append(s, p.String())
+	}
+	return strings.Join(s, ",")
+}
+
+func (l *peerList) Set(v string) error {
+	p, err := bgp.ParsePeer(v)
+	if err != nil {
+		return err
+	}
+	*l = append(*l, p)
+	return nil
 }
 
 func splitList(s string) []string {

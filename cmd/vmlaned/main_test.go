@@ -41,6 +41,16 @@ func TestParseFlagsErrorsNameFlagAndValue(t *testing.T) {
 		{[]string{"--node-name", "a", "--service-cidr", "10.96.0.0/12,10.112.0.0/12"}, `invalid --service-cidr "10.96.0.0/12,10.112.0.0/12": two CIDRs of one family`},
 		{[]string{"--node-name", "a", "--route-services"}, "--route-services needs --service-cidr"},
 		{[]string{"--routes-only"}, "--node-name (or $NODE_NAME) is required"},
+		{[]string{"--node-name", "a", "--cross-subnet", "gre"}, `invalid --cross-subnet "gre": want off, bgp, vxlan`},
+		{[]string{"--pod-cidr", "10.0.0.0/24", "--cross-subnet", "vxlan"}, "--cross-subnet vxlan needs a cluster"},
+		{[]string{"--node-name", "a", "--cross-subnet", "vxlan", "--vxlan-vni", "16777216"}, "invalid --vxlan-vni 16777216: want 1-16777215"},
+		{[]string{"--node-name", "a", "--cross-subnet", "vxlan", "--vxlan-port", "0"}, "invalid --vxlan-port 0: want 1-65535"},
+		{[]string{"--node-name", "a", "--cross-subnet", "bgp", "--bgp-asn", "0"}, `invalid --bgp-asn: ASN "0" is not 1-4294967294`},
+		{[]string{"--node-name", "a", "--bgp-peer", "10.0.0.1"}, `invalid value "10.0.0.1" for flag -bgp-peer: peer "10.0.0.1": want ADDR:ASN`},
+		{[]string{"--node-name", "a", "--bgp-peer", "fd00::1:65000"}, `peer "fd00::1:65000": "fd00" is not an IPv4 address (write an IPv6 one in brackets)`},
+		{[]string{"--node-name", "a", "--bgp-router-id", "fd00::1"}, `invalid --bgp-router-id "fd00::1": want an IPv4 address`},
+		{[]string{"--node-name", "a", "--bgp-password-file", "pw"}, `invalid --bgp-password-file "pw": want an absolute path`},
+		{[]string{"--routes-only", "--node-name", "a", "--cross-subnet", "bgp"}, "--cross-subnet bgp announces this node's pod subnets"},
 		{[]string{"--routes-only", "--node-name", "a", "--service-cidr", "bogus"}, `invalid --service-cidr "bogus"`},
 	} {
 		t.Setenv("NODE_NAME", "")
@@ -52,6 +62,9 @@ func TestParseFlagsErrorsNameFlagAndValue(t *testing.T) {
 	c, err := parseFlags([]string{"--node-name", "n1", "--cluster-cidr", "10.244.0.0/16", "--dns", "10.96.0.10"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if c.CrossSubnet != "off" || c.VXLANPort != 4789 || c.VXLANVNI != 30316 {
+		t.Errorf("cross-subnet defaults: %q, port %d, VNI %d", c.CrossSubnet, c.VXLANPort, c.VXLANVNI)
 	}
 	if c.Resync != 30*time.Second || c.RouteProtocol != 77 || !c.Masquerade || c.HealthAddr != "127.0.0.1:9465" || c.MetricsAddr != "127.0.0.1:9464" {
 		t.Errorf("defaults: %+v", c)

@@ -47,7 +47,16 @@ func runRoutesOnly(ctx context.Context, c *config, log *slog.Logger) error {
 			ipt6 = ipt
 		}
 	}
-	ctrl := routes.NewController(client, routes.NewKernelTable(), ipt4, ipt6, recorder, routes.NewMetrics(reg), log.With("component", "routes"), routeOptions(c))
+	o := routeOptions(c)
+	if c.CrossSubnet == routes.CrossSubnetVXLAN {
+		if c.Underlay, err = underlayAddr(ctx, client, c); err != nil {
+			return err
+		}
+	}
+	if o.Tunnel, err = newTunnel(c, log); err != nil {
+		return err
+	}
+	ctrl := routes.NewController(client, routes.NewKernelTable(), ipt4, ipt6, recorder, routes.NewMetrics(reg), log.With("component", "routes"), o)
 	h.lastOK = ctrl.LastSuccess
 	watchRouteDeletes(ctx, c, ctrl, log)
 	if dyn, err := dynamicClient(c.Kubeconfig); err != nil {

@@ -74,6 +74,12 @@ func run(ctx context.Context, c *config, log *slog.Logger) error {
 		return err
 	}
 	c.PodCIDR6 = v6
+	if c.CrossSubnet == routes.CrossSubnetVXLAN {
+		// Before setup: the pod MTU leaves room for the tunnel's headers.
+		if c.Underlay, err = underlayAddr(ctx, client, c); err != nil {
+			return err
+		}
+	}
 	stop, err := p.setup(ctx, v4, reg)
 	if err != nil {
 		return err
@@ -81,6 +87,16 @@ func run(ctx context.Context, c *config, log *slog.Logger) error {
 	defer stop()
 	recorder, stopEvents := eventRecorder(ctx, client, c.NodeName)
 	defer stopEvents()
+	if c.CrossSubnet == routes.CrossSubnetBGP {
+		sp, err := startBGP(ctx, client, c, recorder, reg, log)
+		if err != nil {
+			return err
+		}
+		// Stopped without a withdrawal: peers keep the routes for the
+		// restart time, and the next vmlaned takes them over.
+		defer sp.Stop()
+		c.Announcer = sp
+	}
 	ctrl, err := p.controller(ctx, client, recorder, reg)
 	if err != nil {
 		return err

@@ -45,3 +45,13 @@ func Prefix(n *net.IPNet) netip.Prefix {
 func IPNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
+
+// FromIP is ip as a netip.Addr, IPv4 unmapped (netlink hands IPv4
+// addresses over in 16 bytes); zero for a nil or malformed ip.
+func FromIP(ip net.IP) netip.Addr {
+	a, ok := netip.AddrFromSlice(ip)
+	if !ok {
+		return netip.Addr{}
+	}
+	return a.Unmap()
+}

@@ -39,3 +39,20 @@ func TestPrefix(t *testing.T) {
 		t.Errorf("Prefix(nil) = %s", got)
 	}
 }
+
+func TestFromIP(t *testing.T) {
+	for _, c := range []struct {
+		in   net.IP
+		want string
+	}{
+		{net.ParseIP("10.1.2.3"), "10.1.2.3"}, // 16 bytes, v4-mapped
+		{net.IPv4(10, 1, 2, 3).To4(), "10.1.2.3"},
+		{net.ParseIP("fd00::1"), "fd00::1"},
+		{nil, "invalid IP"},
+		{net.IP{1, 2, 3}, "invalid IP"},
+	} {
+		if got := FromIP(c.in).String(); got != c.want {
+			t.Errorf("FromIP(%v) = %s, want %s", c.in, got, c.want)
+		}
+	}
+}
