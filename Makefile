@@ -10,7 +10,7 @@ CACHE     := $(CURDIR)/.cache
 FUZZTIME  ?= 10s
 # Packages the privileged tests and the demo use, all from Debian 12.
 APT_PKGS  := iproute2 iptables iputils-ping util-linux procps kmod cpio busybox-static qemu-system-x86 isc-dhcp-client dhcpcd-base dnsmasq-base \
-	runc debootstrap binutils
+	runc debootstrap binutils bird2 iperf3
 
 export GOFLAGS ?= -buildvcs=false
 
@@ -23,7 +23,7 @@ ACTIONLINT_VERSION = v1.7.12
 CNI_PLUGINS_VERSION = $(shell $(GO) list -m -f '{{.Version}}' github.com/containernetworking/plugins)
 CNI_PLUGINS_DIR     = $(CACHE)/cni-plugins/$(CNI_PLUGINS_VERSION)
 
-.PHONY: all build test deps lint unit e2e e2e-real e2e-hybrid fuzz darwin bench demo demo-hybrid demo-down guest udhcpc6 controlplane realnode flannel image cni-reference clean distclean
+.PHONY: all build test deps lint unit e2e e2e-real e2e-hybrid e2e-cross fuzz darwin bench demo demo-hybrid demo-down guest udhcpc6 controlplane realnode flannel image cni-reference clean distclean
 
 all: build
 
@@ -105,6 +105,13 @@ e2e: deps guest controlplane realnode flannel image cni-reference build
 	rc=$${PIPESTATUS[0]}; echo "e2e: $$(( $$(date +%s) - start ))s in all (log: /tmp/vmlane-e2e.log)"; [ $$rc = 0 ] || exit $$rc; \
 	$(MAKE) --no-print-directory e2e-real
 	$(MAKE) --no-print-directory e2e-hybrid
+	$(MAKE) --no-print-directory e2e-cross
+
+## e2e-cross: the cross-subnet suite alone (node-c behind a router, --cross-subnet=vxlan)
+e2e-cross: deps guest controlplane build
+	@start=$$(date +%s); \
+	$(TEST_ENV) $(GO) test -tags e2e -count=1 -timeout 20m -v $(if $(RUN),-run '$(RUN)') ./e2e/crosssubnet/ 2>&1 | tee /tmp/vmlane-e2e-cross.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|e2e-cross:|•|    )' ; \
+	rc=$${PIPESTATUS[0]}; echo "e2e-cross: $$(( $$(date +%s) - start ))s in all (log: /tmp/vmlane-e2e-cross.log)"; exit $$rc
 
 ## e2e-hybrid: the hybrid suite alone (flannel on two real nodes, vmlane's routes-only DaemonSet beside it, two VM nodes)
 e2e-hybrid: deps guest controlplane realnode flannel image cni-reference build
@@ -175,7 +182,7 @@ darwin:
 	@# (.github/workflows/macos.yml runs those with sudo).
 	@if [ "$$(uname -s)" = Darwin ]; then $(GO) test -count=1 ./...; fi
 
-## bench: benchmark tables (lease store; CNI ADD/DEL against bridge+host-local; DHCP against dnsmasq, quiet and with busy guests; anti-spoofing table operations; 5,000-node route sync; routes-only at 5,000 Nodes with 1% VM nodes: label convergence, CPU, RSS; 5,000 Nodes with 10,000 VMs away from home against none: sync, RSS, claim-to-route)
+## bench: benchmark tables (lease store; CNI ADD/DEL against bridge+host-local; DHCP against dnsmasq, quiet and with busy guests; anti-spoofing table operations; 5,000-node route sync; routes-only at 5,000 Nodes with 1% VM nodes: label convergence, CPU, RSS; 5,000 Nodes with 10,000 VMs away from home against none: sync, RSS, claim-to-route; BGP: 5,000 prefixes to bird against bird; VXLAN: iperf3 through the tunnel against a direct route)
 bench: deps build cni-reference controlplane
 	@mkdir -p $(CACHE)
 	set -o pipefail; $(GO) test -run '^$$' -bench . -benchtime 2s ./leases | tee $(CACHE)/bench-leases.txt | $(GO) run ./internal/benchtable
@@ -186,6 +193,8 @@ bench: deps build cni-reference controlplane
 	set -o pipefail; VMLANE_PRIVILEGED=require $(GO) test -run '^$$' -bench Table -benchtime 30x ./internal/antispoof | tee $(CACHE)/bench-antispoof.txt
 	set -o pipefail; $(GO) test -run '^$$' -bench ComputeVMs -benchtime 20x ./routes | tee $(CACHE)/bench-routes-vms.txt
 	set -o pipefail; $(GO) test -run '^$$' -bench ClaimsPass -benchmem ./cmd/vmlaned | tee $(CACHE)/bench-claims.txt
+	set -o pipefail; VMLANE_PRIVILEGED=require $(GO) test -run '^$$' -bench AnnounceToBird -benchtime 1x ./routes/bgp | tee $(CACHE)/bench-bgp.txt
+	set -o pipefail; VMLANE_PRIVILEGED=require $(GO) test -run '^$$' -bench VXLANThroughput -benchtime 1x ./routes | tee $(CACHE)/bench-vxlan.txt
 	set -o pipefail; VMLANE_PRIVILEGED=require VMLANE_BIN_DIR=$(BIN) \
 		VMLANE_CONTROLPLANE_DIR=$$(bash internal/controlplane/build.sh --print-dir $(CACHE)/controlplane) \
 		$(GO) test -run '^$$' -bench RouteController5000 -benchtime 1x -timeout 20m ./cmd/vmlaned | tee $(CACHE)/bench-routes.txt

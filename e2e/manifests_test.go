@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -23,6 +24,13 @@ func TestManifestsApply(t *testing.T) {
 	for _, kind := range []string{"namespace/", "customresourcedefinition.apiextensions.k8s.io/vmclaims.vmlane.io", "serviceaccount/", "clusterrole.rbac.authorization.k8s.io/", "clusterrolebinding.rbac.authorization.k8s.io/", "daemonset.apps/"} {
 		if !strings.Contains(out, kind) {
 			t.Errorf("kubectl apply -k did not apply a %s:\n%s", strings.TrimSuffix(kind, "/"), out)
+		}
+	}
+	// The cross-subnet examples patch the same DaemonSet.
+	for _, overlay := range []string{"bgp", "vxlan"} {
+		out, err := c.Kubectl("apply", "--server-side", "--dry-run=server", "-k", filepath.Join(c.Opts.Manifests, overlay))
+		if err != nil || !strings.Contains(out, "daemonset.apps/vmlane") {
+			t.Errorf("manifests/%s: %v\n%s", overlay, err, out)
 		}
 	}
 }

@@ -110,6 +110,9 @@ type Options struct {
 	// dual-stack.
 	ClusterCIDR  netip.Prefix
 	ClusterCIDR6 netip.Prefix
+	// DaemonArgs are more flags for every node's vmlaned (such as
+	// --cross-subnet).
+	DaemonArgs []string
 	// Log gets a line per step; nil discards.
 	Log io.Writer
 	// VMTimeout bounds each guest's life (default 10 minutes).
@@ -192,7 +195,10 @@ type Cluster struct {
 	Opts    Options
 	Switch  *netnstest.NS
 	Outside *netnstest.NS
-	CP      *controlplane.ControlPlane
+	// Router is the router to the far subnet, when a node is there
+	// (FarNode); nil otherwise.
+	Router *netnstest.NS
+	CP     *controlplane.ControlPlane
 	// Client is an admin client (the test's view of the API server).
 	Client kubernetes.Interface
 	// KubectlPath is the kubectl built with the control plane.
@@ -222,6 +228,11 @@ func New(tb testing.TB, o Options) *Cluster {
 	c.NodeKubeconfig = c.serviceAccountKubeconfig(tb)
 
 	c.addOutside(tb, "a host beyond the pod network")
+	for _, s := range o.Nodes {
+		if Far(s.IP) && c.Router == nil {
+			c.addRouter(tb)
+		}
+	}
 
 	for _, s := range o.Nodes {
 		c.AddNode(tb, s)
@@ -242,15 +253,19 @@ func (c *Cluster) addOutside(tb testing.TB, role string) {
 	ServeWhoAmI(tb, c.Outside, filepath.Join(c.dir, "outside-www"))
 }
 
-// host makes a namespace with eth0 on the switch at addr and, if valid,
-// addr6.
+// host makes a namespace with eth0 on the switch (sw1 for an address on
+// the far subnet) at addr and, if valid, addr6.
 func (c *Cluster) host(tb testing.TB, tag string, addr netip.Prefix, addr6 ...netip.Prefix) *netnstest.NS {
 	tb.Helper()
 	n := netnstest.New(tb, tag)
 	peer := "sw-" + tag
+	bridge := "sw0"
+	if Far(addr.Addr()) {
+		bridge = "sw1"
+	}
 	c.Switch.MustRun(tb, "ip", "link", "add", peer, "type", "veth", "peer", "name", "eth0")
 	c.Switch.MustRun(tb, "ip", "link", "set", "eth0", "netns", n.Name)
-	c.Switch.MustRun(tb, "ip", "link", "set", peer, "master", "sw0", "up")
+	c.Switch.MustRun(tb, "ip", "link", "set", peer, "master", bridge, "up")
 	n.MustRun(tb, "ip", "addr", "add", addr.String(), "dev", "eth0")
 	for _, a := range addr6 {
 		if a.IsValid() {

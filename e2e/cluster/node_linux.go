@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,6 +26,9 @@ type Node struct {
 	NodeSpec
 	NS  *netnstest.NS
 	Dir string
+	// ExtraArgs are more flags for this node's vmlaned, after the
+	// cluster's DaemonArgs; StartDaemon reads them.
+	ExtraArgs []string
 
 	c      *Cluster
 	cni    *libcni.CNIConfig
@@ -38,7 +42,14 @@ func (c *Cluster) AddNode(tb testing.TB, s NodeSpec) *Node {
 	c.step("node %s: podCIDRs %v, InternalIPs %s %s", s.Name, s.PodCIDRs(), s.IP, s.IP6)
 	c.CreateNodeObject(tb, s)
 	n := &Node{NodeSpec: s, c: c, Dir: filepath.Join(c.dir, s.Name)}
-	n.NS = c.host(tb, s.Name, netip.PrefixFrom(s.IP, SwitchSubnet.Bits()), netip.PrefixFrom(s.IP6, SwitchSubnet6.Bits()))
+	bits, bits6 := SwitchSubnet.Bits(), SwitchSubnet6.Bits()
+	if Far(s.IP) {
+		bits, bits6 = FarSubnet.Bits(), FarSubnet6.Bits()
+	}
+	n.NS = c.host(tb, s.Name, netip.PrefixFrom(s.IP, bits), netip.PrefixFrom(s.IP6, bits6))
+	if c.Router != nil {
+		c.routeToFar(tb, n.NS, Far(s.IP))
+	}
 	if err := os.MkdirAll(n.Dir, 0o755); err != nil {
 		tb.Fatal(err)
 	}
@@ -72,13 +83,13 @@ func (n *Node) DaemonArgs() []string {
 	if n.PodCIDR6.IsValid() {
 		cluster += "," + n.c.Opts.ClusterCIDR6.String()
 	}
-	return []string{
+	return append([]string{
 		"--kubeconfig", n.c.NodeKubeconfig, "--node-name", n.Name,
 		"--cluster-cidr", cluster,
 		"--cni-conf-dir", n.ConfDir(), "--lease-file", n.LeaseFile(),
 		"--dns", "10.96.0.10", "--search", "default.svc.cluster.local", "--domain", "cluster.local",
 		"--resync-period", "10s",
-	}
+	}, slices.Concat(n.c.Opts.DaemonArgs, n.ExtraArgs)...)
 }
 
 // Daemon is a running vmlaned.
