@@ -115,8 +115,8 @@ func (v *vxlanTunnel) Ensure() error {
 }
 
 // Sync writes the FDB and neighbour entries of peers and deletes every
-// other one of the device: a peer gone, or now on-link, leaves nothing
-// behind.
+// other permanent one of the device (vmlane's): a peer gone, or now
+// on-link, leaves nothing behind.
 func (v *vxlanTunnel) Sync(peers []TunnelPeer) error {
 	l, err := v.h.LinkByName(v.cfg.Name)
 	if err != nil {
@@ -166,7 +166,12 @@ func (v *vxlanTunnel) Sync(peers []TunnelPeer) error {
 		}
 		for _, n := range have {
 			ip := netaddr.FromIP(n.IP)
-			if want, ok := neigh[ip]; ok && n.State&netlink.NUD_PERMANENT != 0 && n.HardwareAddr.String() == want {
+			if n.State&netlink.NUD_PERMANENT == 0 {
+				// The kernel's own (a solicitation that got nothing):
+				// not vmlane's to keep or remove.
+				continue
+			}
+			if want, ok := neigh[ip]; ok && n.HardwareAddr.String() == want {
 				delete(neigh, ip)
 				continue
 			}

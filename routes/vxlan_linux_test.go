@@ -207,3 +207,28 @@ func TestKernelVXLAN(t *testing.T) {
 		})
 	}
 }
+
+// TestKernelVXLANConflict: a VXLAN device of another owner with vmlane's
+// VNI on its port keeps vmlane's from being made; Ensure says which
+// flags pick others, and touches the other device not at all.
+func TestKernelVXLANConflict(t *testing.T) {
+	privtest.Require(t, "ip")
+	n := netnstest.New(t, "vxc")
+	n.MustRun(t, "ip", "link", "add", "other", "type", "vxlan", "id", strconv.Itoa(DefaultVXLANVNI), "dstport", strconv.Itoa(DefaultVXLANPort), "local", "127.0.0.1", "nolearning")
+	err := n.Do(func() error {
+		tun, err := NewVXLAN(VXLANConfig{VNI: DefaultVXLANVNI, Port: DefaultVXLANPort, Local: netip.MustParseAddr("127.0.0.1"), MTU: 1450})
+		if err != nil {
+			return err
+		}
+		return tun.Ensure()
+	})
+	if err == nil || !strings.Contains(err.Error(), "pick others with --vxlan-port and --vxlan-vni") {
+		t.Errorf("Ensure beside a device with the same VNI and port: %v", err)
+	}
+	if out := n.MustRun(t, "ip", "-d", "link", "show", "other"); !strings.Contains(out, "vxlan id "+strconv.Itoa(DefaultVXLANVNI)) {
+		t.Errorf("the other device changed:\n%s", out)
+	}
+	if _, err := n.Run("ip", "link", "show", DefaultVXLANDevice); err == nil {
+		t.Error("a half-made vmlane.vxlan is left")
+	}
+}

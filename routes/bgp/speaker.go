@@ -56,8 +56,11 @@ func Start(ctx context.Context, cfg Config, m *Metrics, log *slog.Logger, report
 	if report == nil {
 		report = func(string, string) {}
 	}
+	// GoBGP logs through vmlaned's logger and level (component=gobgp):
+	// at info, a line per session change and per NOTIFICATION, with its
+	// codes, which is what says why a peer refuses this node. The level
+	// variable is only GoBGP's own SetLogLevel's.
 	lvl := &slog.LevelVar{}
-	lvl.Set(slog.LevelWarn) // GoBGP is chatty at info
 	sp := &Speaker{
 		cfg: cfg, log: log, report: report, metrics: m,
 		s:         server.NewBgpServer(server.LoggerOption(log.With("component", "gobgp"), lvl)),
