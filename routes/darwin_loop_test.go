@@ -123,3 +123,43 @@ func TestDarwinLoopShuffled(t *testing.T) {
 		}
 	}
 }
+
+// recordingAnnouncer keeps what the controller last asked to announce.
+type recordingAnnouncer struct{ last []netip.Prefix }
+
+func (r *recordingAnnouncer) Announce(ps []netip.Prefix) { r.last = ps }
+
+// TestDarwinBGP: a Mac in --cross-subnet=bgp (GoBGP runs on macOS as on
+// Linux) hands its speaker its pod subnet and the VMs that moved to it,
+// routes a far node's VM via the gateway toward that node (the fabric),
+// and leaves the far node's pod subnet to its default route, with no
+// route and no error.
+func TestDarwinBGP(t *testing.T) {
+	r := &darwinRig{k: newFakeBSD(), nat: &fakeNAT{}, state: filepath.Join(t.TempDir(), "routes.json")}
+	table, err := newBSDTable(r.k, r.state, DefaultProtocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ann := &recordingAnnouncer{}
+	r.c = NewAnchorController(fake.NewClientset(), table, r.nat, nil, NewMetrics(nil), slog.New(slog.DiscardHandler),
+		Options{NodeName: "mac-1", Masquerade: true, CrossSubnet: CrossSubnetBGP, Announcer: ann})
+	r.c.SetVMs([]VM{
+		{Name: "default/came-here", Node: "mac-1", Addrs: []netip.Addr{netip.MustParseAddr("10.244.1.7")}},
+		{Name: "default/went-far", Node: "far", Addrs: []netip.Addr{netip.MustParseAddr("10.244.5.9")}},
+	})
+	states := darwinStates()
+	out, err := r.apply(t, states[len(states)-1], true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fmt.Sprint(ann.last), "[10.244.1.7/32 10.244.5.0/24 fd00:244:0:5::/64]"; got != want {
+		t.Errorf("announced %s, want %s", got, want)
+	}
+	if len(out.ViaFabric) != 1 || out.ViaFabric[0].Dst != netip.MustParsePrefix("10.244.5.9/32") {
+		t.Errorf("via the fabric: %v; outcome %+v", out.ViaFabric, out)
+	}
+	if len(out.Unreachable) != 1 || out.Unreachable[0].Dst != netip.MustParsePrefix("10.244.9.0/24") {
+		t.Errorf("unreachable: %v, want far's pod subnet", out.Unreachable)
+	}
+	t.Logf("table:\n%s", r)
+}
