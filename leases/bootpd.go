@@ -31,10 +31,15 @@ const maxBootpdLine = 4096
 //	}
 //
 // hw_address is "type,address" with leading zeros stripped from each octet;
-// type 1 is Ethernet, and only those entries get a MAC (entries whose client
-// sent a DUID, "identifier=ff,...", carry none). lease is the absolute expiry
-// in Unix seconds, in hex. Every entry comes back as a bound DHCP lease, in
-// file order.
+// type 1 is Ethernet. Since macOS 15, bootpd writes the client identifier
+// there instead when the client sent one of RFC 4361's (type ff: a 4-byte
+// IAID, then a DUID; systemd-networkd's default, and cloud images'): the
+// MAC is then taken out of a DUID-LL or DUID-LLT of an Ethernet link, and
+// any other DUID (systemd's DUID-EN, a DUID-UUID) leaves the entry without
+// one: a VM runtime finds those guests by other means (the README says which
+// guests must send their MAC as the identifier). lease is the absolute
+// expiry in Unix seconds, in hex. Every entry comes back as a bound DHCP
+// lease, in file order.
 func ParseBootpd(r io.Reader) ([]Lease, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 256), maxBootpdLine)
@@ -104,7 +109,17 @@ func setBootpdField(l *Lease, key, val string) error {
 		if err != nil {
 			return fmt.Errorf("hw_address %q: %w", val, err)
 		}
-		l.MAC = mac
+		if mac != "" {
+			l.MAC = mac
+		}
+	case "identifier":
+		// The same forms, when hw_address gave no MAC (or is absent): a
+		// malformed identifier is the client's business, not an error.
+		if l.MAC == "" {
+			if mac, err := parseBootpdHW(val); err == nil {
+				l.MAC = mac
+			}
+		}
 	case "lease":
 		h, ok := strings.CutPrefix(val, "0x")
 		if !ok {
@@ -116,16 +131,20 @@ func setBootpdField(l *Lease, key, val string) error {
 		}
 		l.Expires = time.Unix(int64(secs), 0).UTC()
 	}
-	// identifier and keys bootpd may add later carry nothing vmlane uses.
+	// Keys bootpd may add later carry nothing vmlane uses.
 	return nil
 }
 
-// parseBootpdHW turns "1,62:25:1b:5:97:bf" into "62:25:1b:05:97:bf". Types
-// other than 1 (Ethernet) are not MACs and yield "".
+// parseBootpdHW turns "1,62:25:1b:5:97:bf" into "62:25:1b:05:97:bf", and
+// an RFC 4361 client identifier ("ff,IAID:DUID") whose DUID carries an
+// Ethernet MAC into that MAC. Other types, and other DUIDs, yield "".
 func parseBootpdHW(val string) (string, error) {
 	typ, addr, ok := strings.Cut(val, ",")
 	if !ok {
 		return "", errors.New("want type,address")
+	}
+	if typ == "ff" {
+		return macFromClientID(addr), nil
 	}
 	if typ != "1" {
 		return "", nil
@@ -138,4 +157,53 @@ func parseBootpdHW(val string) (string, error) {
 		return "", fmt.Errorf("octets are not hex: %w", err)
 	}
 	return mac, nil
+}
+
+// DUID types (RFC 8415 section 11) that hold a link-layer address, and
+// the hardware type of Ethernet (IANA ARP hardware types).
+const (
+	duidLLT      = 1
+	duidLL       = 3
+	hwEthernet   = 1
+	iaidLen      = 4
+	duidLLLen    = 2 + 2 + 6     // type, hardware type, MAC
+	duidLLTLen   = 2 + 2 + 4 + 6 // type, hardware type, time, MAC
+	maxClientIDs = 2 + 128 + 4   // the longest identifier worth reading: a DUID is at most 128 bytes
+)
+
+// macFromClientID is the MAC in an RFC 4361 client identifier as bootpd
+// writes it after "ff," (octets in hex without leading zeros, a 4-byte
+// IAID, then the DUID): the link-layer address of a DUID-LL or DUID-LLT
+// of an Ethernet link, or "" for anything else, a malformed one included,
+// so that a wrong match is never made.
+func macFromClientID(addr string) string {
+	fields := strings.Split(addr, ":")
+	if len(fields) > maxClientIDs {
+		return ""
+	}
+	b := make([]byte, 0, len(fields))
+	for _, f := range fields {
+		if len(f) == 0 || len(f) > 2 {
+			return ""
+		}
+		v, err := strconv.ParseUint(f, 16, 8)
+		if err != nil {
+			return ""
+		}
+		b = append(b, byte(v))
+	}
+	if len(b) < iaidLen+2 {
+		return ""
+	}
+	duid := b[iaidLen:]
+	var mac []byte
+	switch typ := int(duid[0])<<8 | int(duid[1]); {
+	case typ == duidLL && len(duid) == duidLLLen && duid[2] == 0 && duid[3] == hwEthernet:
+		mac = duid[4:]
+	case typ == duidLLT && len(duid) == duidLLTLen && duid[2] == 0 && duid[3] == hwEthernet:
+		mac = duid[8:]
+	default:
+		return ""
+	}
+	return fmt.Sprintf("%02x:%02x:%02x:%02x:%02x:%02x", mac[0], mac[1], mac[2], mac[3], mac[4], mac[5])
 }

@@ -124,7 +124,7 @@ func FuzzDecode(f *testing.F) {
 var canonicalMACRe = regexp.MustCompile(`^([0-9a-f]{2}:){5}[0-9a-f]{2}$`)
 
 func FuzzParseBootpd(f *testing.F) {
-	for _, p := range []string{"testdata/dhcpd_leases", "testdata/example.json"} {
+	for _, p := range []string{"testdata/dhcpd_leases", "testdata/dhcpd_leases-macos15", "testdata/example.json"} {
 		data, err := os.ReadFile(p)
 		if err != nil {
 			f.Fatal(err)

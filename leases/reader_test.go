@@ -247,3 +247,40 @@ func TestWaitHonoursContext(t *testing.T) {
 		t.Fatalf("Wait(bogus MAC) = %v", err)
 	}
 }
+
+// TestParseBootpdClientIDs: records in the shapes macOS 15's bootpd writes
+// for guests that send an RFC 4361 client identifier (vfkit#242,
+// lima#3123): the MAC of a DUID-LL or DUID-LLT of an Ethernet link is
+// taken out; systemd's DUID-EN, another link type, a truncated DUID or one
+// that does not parse give no MAC, and never a wrong one.
+func TestParseBootpdClientIDs(t *testing.T) {
+	f, err := os.Open("testdata/dhcpd_leases-macos15")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got, err := ParseBootpd(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"duid-ll": "52:55:55:ba:82:85", "duid-llt": "08:00:27:0f:0e:0d", "systemd-duid-en": "",
+		"duid-ll-not-ethernet": "", "duid-ll-short": "", "not-hex": "", "mac-identifier": "52:55:55:ba:82:86",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d entries, want %d", len(got), len(want))
+	}
+	for _, l := range got {
+		if w, ok := want[l.Hostname]; !ok || l.MAC != w {
+			t.Errorf("%s: MAC %q, want %q", l.Hostname, l.MAC, w)
+		}
+	}
+	s, err := Read("testdata/dhcpd_leases-macos15")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.now = time.Unix(0x6a3a2f40-60, 0)
+	if l, ok := s.ByMAC("52:55:55:BA:82:85"); !ok || l.IP.String() != "192.168.64.10" {
+		t.Errorf("ByMAC of a DUID-LL guest = %+v %v", l, ok)
+	}
+}
