@@ -117,16 +117,23 @@ func TestSnapshotLookups(t *testing.T) {
 	}
 }
 
-func TestParseBootpd(t *testing.T) {
-	f, err := os.Open("testdata/dhcpd_leases")
+// parseBootpdFile is ParseBootpd of the file at path; it fails t on error.
+func parseBootpdFile(t *testing.T, path string) []Lease {
+	t.Helper()
+	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	got, err := ParseBootpd(f)
+	ls, err := ParseBootpd(f)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ls
+}
+
+func TestParseBootpd(t *testing.T) {
+	got := parseBootpdFile(t, "testdata/dhcpd_leases")
 	want := []Lease{
 		{MAC: "02:00:0a:f4:03:07", IP: netip.MustParseAddr("192.168.64.3"), State: StateBound, Source: SourceDHCP, Hostname: "vm-new", Expires: time.Unix(0x6a3a2f40, 0).UTC()},
 		{IP: netip.MustParseAddr("192.168.64.4"), State: StateBound, Source: SourceDHCP, Expires: time.Unix(0x6a3a2f40, 0).UTC()},
@@ -254,15 +261,7 @@ func TestWaitHonoursContext(t *testing.T) {
 // taken out; systemd's DUID-EN, another link type, a truncated DUID or one
 // that does not parse give no MAC, and never a wrong one.
 func TestParseBootpdClientIDs(t *testing.T) {
-	f, err := os.Open("testdata/dhcpd_leases-macos15")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	got, err := ParseBootpd(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := parseBootpdFile(t, "testdata/dhcpd_leases-macos15")
 	want := map[string]string{
 		"duid-ll": "52:55:55:ba:82:85", "duid-llt": "08:00:27:0f:0e:0d", "systemd-duid-en": "",
 		"duid-ll-not-ethernet": "", "duid-ll-short": "", "not-hex": "", "mac-identifier": "52:55:55:ba:82:86",
