@@ -209,8 +209,8 @@ func ReconcileOffLink(t routeTable, want []Route, proto int, o OffLink) (Outcome
 			// route). Either is the cluster's layout, not a failure of
 			// this reconcile, which must not keep failing (and the
 			// health check with it) over one badly placed node.
-			if offLink(t, r.Via) {
-				if gw, ok := gatewayTo(t, r.Via); ok && o.Fabric && isHostRoute(r.Dst) {
+			if gw, off := reach(t, r.Via); off {
+				if gw.IsValid() && o.Fabric && isHostRoute(r.Dst) {
 					r.Via = gw
 					wanted[r.Dst] = true
 					if err := t.Replace(r.Dst, gw, proto); err != nil {
@@ -271,8 +271,8 @@ func (r Route) throughTunnel(dev string) Route {
 
 // gatewayTo is the gateway of the kernel's route to via, if it has one.
 func gatewayTo(t routeTable, via netip.Addr) (netip.Addr, bool) {
-	gw, err := t.Get(via)
-	return gw, err == nil && gw.IsValid()
+	gw, _ := reach(t, via)
+	return gw, gw.IsValid()
 }
 
 func isHostRoute(p netip.Prefix) bool { return p.Bits() == p.Addr().BitLen() }
@@ -280,8 +280,19 @@ func isHostRoute(p netip.Prefix) bool { return p.Bits() == p.Addr().BitLen() }
 // offLink reports whether via is not directly reachable: the kernel's
 // route to it has a gateway, or there is none.
 func offLink(t routeTable, via netip.Addr) bool {
+	_, off := reach(t, via)
+	return off
+}
+
+// reach asks the kernel once how it reaches via (ip route get): through
+// gw (zero when it has no gateway), and whether that is off-link (a
+// gateway, or no route at all).
+func reach(t routeTable, via netip.Addr) (gw netip.Addr, off bool) {
 	gw, err := t.Get(via)
-	return (err == nil && gw.IsValid()) || errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, syscall.EHOSTUNREACH)
+	if err != nil {
+		return netip.Addr{}, errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, syscall.EHOSTUNREACH)
+	}
+	return gw, gw.IsValid()
 }
 
 // batchReplacer is a routeTable that replaces many routes at once (the

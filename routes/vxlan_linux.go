@@ -3,6 +3,7 @@ package routes
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -150,7 +151,7 @@ func (v *vxlanTunnel) Sync(peers []TunnelPeer) error {
 			errs = append(errs, fmt.Errorf("deleting FDB entry %s dst %s: %w", n.HardwareAddr, n.IP, err))
 		}
 	}
-	for _, mac := range sortedKeys(fdb) {
+	for _, mac := range slices.Sorted(maps.Keys(fdb)) {
 		hw, _ := net.ParseMAC(mac)
 		e := &netlink.Neigh{LinkIndex: idx, Family: unix.AF_BRIDGE, State: netlink.NUD_PERMANENT, Flags: netlink.NTF_SELF,
 			HardwareAddr: hw, IP: fdb[mac].AsSlice()}
@@ -180,12 +181,7 @@ func (v *vxlanTunnel) Sync(peers []TunnelPeer) error {
 			}
 		}
 	}
-	vias := make([]netip.Addr, 0, len(neigh))
-	for a := range neigh {
-		vias = append(vias, a)
-	}
-	slices.SortFunc(vias, netip.Addr.Compare)
-	for _, via := range vias {
+	for _, via := range slices.SortedFunc(maps.Keys(neigh), netip.Addr.Compare) {
 		hw, _ := net.ParseMAC(neigh[via])
 		fam := unix.AF_INET
 		if via.Is6() {
@@ -235,13 +231,4 @@ func (t netlinkTable) ReplaceOnLink(dst netip.Prefix, via netip.Addr, dev string
 		Protocol:  netlink.RouteProtocol(proto),
 		Table:     unix.RT_TABLE_MAIN,
 	})
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }

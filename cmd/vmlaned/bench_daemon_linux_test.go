@@ -24,6 +24,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vmlane/vmlane/internal/benchns"
 	"github.com/vmlane/vmlane/internal/netnstest"
 )
 
@@ -190,22 +191,9 @@ func procMem(tb testing.TB, pid int) (rss, hwm float64) {
 	if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err != nil || strings.TrimSpace(string(comm)) != "vmlaned" {
 		tb.Fatalf("pid %d is %q, not vmlaned: %v", pid, comm, err)
 	}
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	rss, hwm, err := benchns.ProcMem(pid)
 	if err != nil {
 		tb.Fatal(err)
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) != 3 || f[2] != "kB" {
-			continue
-		}
-		kb, _ := strconv.ParseFloat(f[1], 64)
-		switch f[0] {
-		case "VmRSS:":
-			rss = kb / 1024
-		case "VmHWM:":
-			hwm = kb / 1024
-		}
 	}
 	return rss, hwm
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vmlane/vmlane/e2e/cluster"
+	"github.com/vmlane/vmlane/internal/birdtest"
 	"github.com/vmlane/vmlane/routes"
 	"github.com/vmlane/vmlane/routes/bgp"
 )
@@ -46,7 +47,7 @@ func TestBGP(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.MustKubectl(t, "annotate", "--overwrite", "node", "node-c", bgp.AnnotationASN+"=64514", bgp.AnnotationPeers+"=[fd98::1]:64512")
-	bird := cluster.StartBird(t, c.Router, birdConf)
+	bird := birdtest.Start(t, c.Router, birdConf)
 	flags := []string{"--bgp-asn", "64513", "--bgp-peer", "10.99.0.253:64512"}
 	useMode(t, "bgp", map[string][]string{"node-a": flags, "node-b": append(flags, "--bgp-password-file", pw), "node-c": flags})
 	a, cn := c.Node("node-a"), c.Node("node-c")

@@ -282,3 +282,29 @@ func (n *NS) Links(ctx context.Context) ([]string, error) {
 	}
 	return names, nil
 }
+
+// ProcMem returns the resident memory of process pid now and at its peak
+// (VmRSS and VmHWM of /proc/PID/status), in MiB.
+func ProcMem(pid int) (rss, hwm float64, err error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 || f[2] != "kB" {
+			continue
+		}
+		kb, _ := strconv.ParseFloat(f[1], 64)
+		switch f[0] {
+		case "VmRSS:":
+			rss = kb / 1024
+		case "VmHWM:":
+			hwm = kb / 1024
+		}
+	}
+	if rss == 0 {
+		return 0, 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+	}
+	return rss, hwm, nil
+}

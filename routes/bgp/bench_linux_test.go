@@ -3,7 +3,6 @@ package bgp
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -11,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmlane/vmlane/internal/benchns"
+	"github.com/vmlane/vmlane/internal/birdtest"
 	"github.com/vmlane/vmlane/internal/netnstest"
 	"github.com/vmlane/vmlane/internal/privtest"
 )
@@ -29,8 +30,7 @@ func BenchmarkAnnounceToBird(b *testing.B) {
 	rtr.MustRun(b, "ip", "link", "set", "eth0", "up")
 	spk.MustRun(b, "ip", "addr", "add", "10.77.0.2/24", "dev", "eth0s")
 	spk.MustRun(b, "ip", "link", "set", "eth0s", "up")
-	dir := b.TempDir()
-	bird := startBird(b, rtr, dir, "rtr", `
+	router := birdtest.Start(b, rtr, `
 router id 10.77.0.1;
 protocol device {}
 protocol bgp peer { local as 64512; neighbor 10.77.0.2 as 64513; ipv4 { import all; export none; }; }
@@ -42,12 +42,12 @@ protocol bgp peer { local as 64512; neighbor 10.77.0.2 as 64513; ipv4 { import a
 		count := regexp.MustCompile(`(\d+) of \d+ routes`)
 		for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
 			if up.IsZero() {
-				if o, _ := bird("show", "protocols", "peer"); strings.Contains(o, "Established") {
+				if o, _ := router.Birdc("show", "protocols", "peer"); strings.Contains(o, "Established") {
 					up = time.Now()
 				}
 				continue
 			}
-			o, _ := bird("show", "route", "count")
+			o, _ := router.Birdc("show", "route", "count")
 			if m := count.FindStringSubmatch(o); m != nil {
 				if n, _ := strconv.Atoi(m[1]); n >= benchPrefixes {
 					return time.Since(up)
@@ -72,13 +72,16 @@ protocol bgp peer { local as 64512; neighbor 10.77.0.2 as 64513; ipv4 { import a
 		b.Fatal(err)
 	}
 	speaker := untilAll("vmlaned's speaker")
-	rss := vmRSS(b, sp.Process.Pid)
+	rss, _, err := benchns.ProcMem(sp.Process.Pid)
+	if err != nil {
+		b.Fatal(err)
+	}
 	stdin.Close()
 	sp.Wait()
 	// The session goes, and bird forgets the prefixes (graceful restart
 	// is not configured on this bird).
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if o, _ := bird("show", "route", "count"); strings.Contains(o, "0 of 0 routes") {
+		if o, _ := router.Birdc("show", "route", "count"); strings.Contains(o, "0 of 0 routes") {
 			break
 		}
 	}
@@ -88,7 +91,7 @@ protocol bgp peer { local as 64512; neighbor 10.77.0.2 as 64513; ipv4 { import a
 	for i := range benchPrefixes {
 		fmt.Fprintf(&static, "\troute %s unreachable;\n", benchPrefix(i))
 	}
-	startBird(b, spk, dir, "feeder", `
+	birdtest.Start(b, spk, `
 router id 10.77.0.2;
 protocol device {}
 protocol static { ipv4; `+static.String()+` }
@@ -99,48 +102,7 @@ protocol bgp peer { local as 64513; neighbor 10.77.0.1 as 64512; connect delay t
 	b.ReportMetric(float64(speaker.Milliseconds()), "speaker-ms")
 	b.ReportMetric(float64(feeder.Milliseconds()), "bird-ms")
 	b.ReportMetric(float64(speaker)/float64(feeder), "speaker/bird")
-	b.ReportMetric(float64(rss)/(1<<20), "speaker-RSS-MiB")
+	b.ReportMetric(rss, "speaker-RSS-MiB")
 	b.Logf("%d prefixes, session up to the last in bird's table: vmlaned's speaker %s, bird %s (%.2f×); speaker RSS %.1f MiB",
-		benchPrefixes, speaker.Round(time.Millisecond), feeder.Round(time.Millisecond), float64(speaker)/float64(feeder), float64(rss)/(1<<20))
-}
-
-// startBird runs bird in ns with conf until b ends and returns a birdc
-// of its control socket.
-func startBird(b *testing.B, ns *netnstest.NS, dir, name, conf string) func(args ...string) (string, error) {
-	cf, sock := filepath.Join(dir, name+".conf"), filepath.Join(dir, name+".ctl")
-	if err := os.WriteFile(cf, []byte(conf), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	cmd := ns.Command("bird", "-f", "-c", cf, "-s", sock, "-P", filepath.Join(dir, name+".pid"))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	birdc := func(args ...string) (string, error) {
-		return ns.Run("birdc", append([]string{"-s", sock}, args...)...)
-	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := birdc("show", "status"); err == nil {
-			return birdc
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("bird %s: no control socket", name)
-		}
-	}
-}
-
-// vmRSS is the resident memory of process pid, in bytes.
-func vmRSS(b *testing.B, pid int) int64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		b.Fatal(err)
-	}
-	m := regexp.MustCompile(`VmRSS:\s+(\d+) kB`).FindSubmatch(data)
-	if m == nil {
-		b.Fatalf("no VmRSS in /proc/%d/status", pid)
-	}
-	kb, _ := strconv.ParseInt(string(m[1]), 10, 64)
-	return kb << 10
+		benchPrefixes, speaker.Round(time.Millisecond), feeder.Round(time.Millisecond), float64(speaker)/float64(feeder), rss)
 }

@@ -1,4 +1,7 @@
-package cluster
+// Package birdtest runs Debian's BIRD 2 in a test's network namespace: a
+// BGP router for the nodes of the e2e suite and for the speaker's
+// benchmark. It is test tooling; nothing of vmlane's imports it.
+package birdtest
 
 import (
 	"os"
@@ -13,8 +16,7 @@ import (
 	"github.com/vmlane/vmlane/internal/privtest"
 )
 
-// Bird is Debian's BIRD 2 running in a namespace (the router's): a fabric
-// router that nodes peer with over BGP.
+// Bird is a running bird.
 type Bird struct {
 	ns   *netnstest.NS
 	sock string
@@ -22,9 +24,11 @@ type Bird struct {
 	log  string
 }
 
-// StartBird runs bird in ns with config conf, in a folder of its own, until
-// tb ends. Its control socket serves Birdc.
-func StartBird(tb testing.TB, ns *netnstest.NS, conf string) *Bird {
+// Start runs bird in ns with config conf (where @LOG@ stands for a log
+// file of its own), in a folder of its own, until tb ends, and returns
+// once its control socket answers. At the end it is brought down, not
+// killed, so that it takes the routes it exported to the kernel along.
+func Start(tb testing.TB, ns *netnstest.NS, conf string) *Bird {
 	tb.Helper()
 	privtest.Require(tb, "bird", "birdc")
 	dir := tb.TempDir()
@@ -41,8 +45,6 @@ func StartBird(tb testing.TB, ns *netnstest.NS, conf string) *Bird {
 		tb.Fatalf("starting bird: %v", err)
 	}
 	tb.Cleanup(func() {
-		// Down, not killed: bird takes the routes it exported out of
-		// the router's kernel table as it goes.
 		b.Birdc("down")
 		done := make(chan struct{})
 		go func() { b.cmd.Wait(); close(done) }()
@@ -53,15 +55,19 @@ func StartBird(tb testing.TB, ns *netnstest.NS, conf string) *Bird {
 			<-done
 		}
 		if tb.Failed() {
-			l, _ := os.ReadFile(b.log)
-			tb.Logf("bird's output:\n%s\nbird's log:\n%s", out.String(), l)
+			tb.Logf("bird's output:\n%s\nbird's log:\n%s", out.String(), b.Log())
 		}
 	})
-	Eventually(tb, "bird's control socket", func() (bool, string) {
+	var last string
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		o, err := b.Birdc("show", "status")
-		return err == nil && strings.Contains(o, "Daemon is up"), o
-	})
-	return b
+		if err == nil && strings.Contains(o, "Daemon is up") {
+			return b
+		}
+		last = o
+	}
+	tb.Fatalf("bird's control socket did not answer within a minute: %s\n%s", last, out.String())
+	return nil
 }
 
 // Birdc runs birdc against b and returns its output.
