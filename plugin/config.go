@@ -29,7 +29,6 @@ const (
 const (
 	DefaultBridge    = "vmlane0"
 	DefaultLeaseFile = leases.DefaultPath
-	DefaultTapName   = "tap0"
 	// DefaultLeaseTime is the DHCP lease a VM gets when the config says
 	// nothing; the DHCP server in vmlaned uses the same default.
 	DefaultLeaseTime = time.Hour
@@ -62,7 +61,10 @@ type NetConf struct {
 	MTU       int    `json:"mtu,omitempty"`
 	LeaseFile string `json:"leaseFile,omitempty"`
 	VM        bool   `json:"vm,omitempty"`
-	TapName   string `json:"tapName,omitempty"`
+	// TapName names a VM attachment's TAP. Empty derives it from the pod
+	// interface's name (TapFor), so that two attachments in one pod
+	// never ask for the same TAP.
+	TapName string `json:"tapName,omitempty"`
 	// TapMultiQueue creates the TAP with IFF_MULTI_QUEUE, for runtimes
 	// that open one queue per vCPU. Off by default: a runtime that opens a
 	// multi-queue TAP without the flag gets EINVAL.
@@ -169,12 +171,11 @@ func ParseConfig(stdin []byte, defaultMTU func() int) (*Config, error) {
 	if err := checkIfName("bridge", c.Bridge); err != nil {
 		return nil, err
 	}
-	if c.TapName == "" {
-		c.TapName = DefaultTapName
-	}
 	c.Guard = c.AntiSpoof == nil || *c.AntiSpoof
-	if err := checkIfName("tapName", c.TapName); err != nil {
-		return nil, err
+	if c.TapName != "" {
+		if err := checkIfName("tapName", c.TapName); err != nil {
+			return nil, err
+		}
 	}
 	if c.LeaseFile == "" {
 		c.LeaseFile = DefaultLeaseFile
@@ -410,6 +411,22 @@ func checkIfName(field, name string) error {
 		return configError(field, name, "contains '%'")
 	}
 	return nil
+}
+
+// TapFor is the name of the TAP of the VM attachment whose pod interface
+// is ifName: the config's tapName, else "tap" and what follows ifName's
+// first three bytes, as KubeVirt names the TAP of a pod interface (eth0
+// gives tap0, Multus's net1 and net2 give tap1 and tap2). A name that
+// would be ifName itself, or that has nothing after "tap", is "tap-" and
+// ifName, cut to 15 bytes.
+func (c *Config) TapFor(ifName string) string {
+	if c.TapName != "" {
+		return c.TapName
+	}
+	if len(ifName) > 3 && !strings.HasPrefix(ifName, "tap") {
+		return "tap" + ifName[3:]
+	}
+	return ("tap-" + ifName)[:min(15, 4+len(ifName))]
 }
 
 // K8sArgs are the CNI_ARGS vmlane reads.

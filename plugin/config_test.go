@@ -75,7 +75,7 @@ func TestConfigDefaults(t *testing.T) {
 		return v
 	}
 	base := view{
-		Bridge: "vmlane0", TapName: "tap0", LeaseFile: "/var/lib/vmlane/leases.json",
+		Bridge: "vmlane0", LeaseFile: "/var/lib/vmlane/leases.json",
 		Subnet: "10.244.3.0/24", Gateway: "10.244.3.1", MTU: 9000, Lease: time.Hour,
 	}
 	with := func(f func(*view)) view { v := base; f(&v); return v }
@@ -331,8 +331,8 @@ func FuzzParseConfig(f *testing.F) {
 			t.Fatalf("accepted gateway %s for %s", c.GatewayAddr, p)
 		case c.MTU < minMTU || c.MTU > maxMTU:
 			t.Fatalf("accepted mtu %d", c.MTU)
-		case len(c.Bridge) == 0 || len(c.Bridge) > 15 || len(c.TapName) == 0 || len(c.TapName) > 15:
-			t.Fatalf("accepted names %q, %q", c.Bridge, c.TapName)
+		case len(c.Bridge) == 0 || len(c.Bridge) > 15 || checkIfName("tapName", c.TapFor("eth0")) != nil:
+			t.Fatalf("accepted names %q, %q", c.Bridge, c.TapFor("eth0"))
 		case !strings.HasPrefix(c.LeaseFile, "/"):
 			t.Fatalf("accepted leaseFile %q", c.LeaseFile)
 		case c.Lease < time.Minute:
@@ -369,6 +369,26 @@ func TestConfigRejectsKernelTemplatesAndZeroMAC(t *testing.T) {
 		}
 		if e := cniError(t, err); e.Code != types.ErrInvalidNetworkConfig || !strings.Contains(e.Msg, tc.field) || !strings.Contains(e.Msg, tc.value) {
 			t.Errorf("error %v (code %d) does not name %s %q", e, e.Code, tc.field, tc.value)
+		}
+	}
+}
+
+func TestTapFor(t *testing.T) {
+	for _, tc := range []struct{ tapName, ifName, want string }{
+		{"", "eth0", "tap0"},
+		{"", "net1", "tap1"},
+		{"", "net12", "tap12"},
+		{"", "pod1a2b3c4d5e6", "tap1a2b3c4d5e6"}, // KubeVirt's hashed pod interfaces
+		{"", "tap5", "tap-tap5"},                 // never the ifname itself
+		{"", "e0", "tap-e0"},
+		{"", "eth", "tap-eth"},
+		{"", "tapabcdefghijkl", "tap-tapabcdefgh"},
+		{"vmtap", "net1", "vmtap"},
+	} {
+		c := &Config{NetConf: NetConf{TapName: tc.tapName}}
+		got := c.TapFor(tc.ifName)
+		if got != tc.want || len(got) > 15 || got == tc.ifName {
+			t.Errorf("tapName %q, ifname %q: TAP %q, want %q", tc.tapName, tc.ifName, got, tc.want)
 		}
 	}
 }

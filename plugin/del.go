@@ -33,8 +33,14 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		held, _ := c.lease(key)
 		if args.Netns != "" {
 			names := []string{args.IfName}
+			// The TAP only if it is this attachment's: after an ADD
+			// refused for a TAP name another attachment holds, the
+			// runtime's DEL must leave that TAP alone.
 			if c.VM || held.VM {
-				names = append(names, c.TapName)
+				tap := c.TapFor(args.IfName)
+				if s, err := p.dp.TapHolder(args.Netns, tap, args.IfName); err != nil || !s.heldBy(args.IfName) {
+					names = append(names, tap)
+				}
 			}
 			if err := p.dp.DeleteNetnsLinks(args.Netns, names...); err != nil {
 				errs = append(errs, err)

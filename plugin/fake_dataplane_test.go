@@ -189,7 +189,7 @@ func (f *fakeDataplane) SetupTap(netns, tap, podIf string, mtu int, multiQueue b
 	case t.tapFlags != flags:
 		return Link{}, fmt.Errorf("creating: TUNSETIFF on %s (%s, want %s): invalid argument", tap, t.tapFlags, flags)
 	}
-	t.mtu, t.up, t.quiet = mtu, true, true
+	t.mtu, t.up, t.quiet, t.tapFor = mtu, true, true, podIf
 	p := f.links[pk]
 	if p == nil {
 		return Link{}, fmt.Errorf("%s: Link not found", podIf)
@@ -297,6 +297,30 @@ func (f *fakeDataplane) DeleteNetnsLinks(netns string, names ...string) error {
 		f.deleteLinkLocked(fakeLinkKey{netns, n})
 	}
 	return nil
+}
+
+// TapHolder reports the model's link as netlinkDataplane.TapHolder
+// reports the kernel's.
+func (f *fakeDataplane) TapHolder(netns, tap, podIf string) (TapState, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if before, _ := f.enterLocked("TapHolder", netns, tap, podIf); before != nil {
+		return TapState{}, before
+	}
+	if !f.netns[netns] {
+		return TapState{}, fmt.Errorf("%w: %s", errNoNetns, netns)
+	}
+	l := f.links[fakeLinkKey{netns, tap}]
+	if l == nil {
+		return TapState{}, nil
+	}
+	st := TapState{Exists: true, Vmlane: l.kind == "tuntap" && (l.tapFor != "" || len(l.redirects) > 0), Mine: l.kind == "tuntap" && l.tapFor == podIf}
+	for _, r := range l.redirects {
+		if r != "" {
+			st.Holder = r
+		}
+	}
+	return st, nil
 }
 
 func anys(s []string) []any {

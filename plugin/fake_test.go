@@ -63,6 +63,7 @@ type fakeLink struct {
 	gateway6 netip.Addr  // IPv6 default route via
 	peer     fakeLinkKey // veth only
 	tapFlags string      // tuntap only
+	tapFor   string      // tuntap only: the pod interface SetupTap joined it to
 	ingress  bool        // has an ingress qdisc
 	// redirects are the ingress filters' mirred egress redirect targets
 	// (links of the same netns); "" is one that was deleted since, as

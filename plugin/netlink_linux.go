@@ -224,6 +224,39 @@ func (netlinkDataplane) SetupTap(netnsPath, tap, podIf string, mtu int, multiQue
 	return out, err
 }
 
+func (netlinkDataplane) TapHolder(netnsPath, tap, podIf string) (TapState, error) {
+	var st TapState
+	err := ns.WithNetNSPath(netnsPath, func(ns.NetNS) error {
+		l, err := netlinksafe.LinkByName(tap)
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		st.Exists = true
+		if l.Type() != "tuntap" {
+			return nil
+		}
+		// SetupTap puts its TAPs in a link group of their own, whose
+		// high bit is set (linkGroup), and redirects their frames.
+		to, err := redirects(l)
+		if err != nil {
+			return err
+		}
+		g := l.Attrs().Group
+		st.Vmlane, st.Mine = g&vmlaneGroups != 0 || len(to) > 0, g == linkGroup(podIf, tap)
+		for _, name := range to {
+			if name != "" {
+				st.Holder = name
+			}
+		}
+		return nil
+	})
+	return st, err
+}
+
 // redirect sends every frame received on from out of to: an ingress qdisc
 // on from with a filter that matches everything and whose action is mirred
 // egress redirect. The filter is u32 with one all-zero key rather than
@@ -321,8 +354,11 @@ func (netlinkDataplane) DeleteNetnsLinks(netnsPath string, names ...string) erro
 func linkGroup(podIf, tap string) uint32 {
 	h := fnv.New32a()
 	h.Write([]byte(podIf + "/" + tap))
-	return h.Sum32() | 0x80000000
+	return h.Sum32() | vmlaneGroups
 }
+
+// vmlaneGroups is the bit every link group linkGroup makes has set.
+const vmlaneGroups = 0x80000000
 
 // deleteGroup deletes links in one RTM_DELLINK by group (`ip link delete
 // group G`) when they are exactly the members of one vmlane link group.

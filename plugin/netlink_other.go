@@ -42,6 +42,9 @@ func (unsupported) DeleteHostLink(string) error              { return errUnsuppo
 func (unsupported) RouteHost(string, netip.Prefix) error     { return errUnsupported }
 func (unsupported) UnrouteHost(string, netip.Prefix) error   { return errUnsupported }
 func (unsupported) DeleteNetnsLinks(string, ...string) error { return errUnsupported }
+func (unsupported) TapHolder(string, string, string) (TapState, error) {
+	return TapState{}, errUnsupported
+}
 func (unsupported) Observe(string, Attached) (Observed, error) {
 	return Observed{}, errUnsupported
 }

@@ -56,6 +56,9 @@ type dataplane interface {
 	// SetupTap creates the TAP in netns and joins it to podIf with tc
 	// ingress + mirred egress redirect in both directions.
 	SetupTap(netns, tap, podIf string, mtu int, multiQueue bool) (Link, error)
+	// TapHolder reports what holds the link named tap in netns, for the
+	// attachment on podIf.
+	TapHolder(netns, tap, podIf string) (TapState, error)
 	// DeleteHostLink deletes a link of the host netns (a veth's host end,
 	// which takes its peer with it).
 	DeleteHostLink(name string) error
@@ -82,6 +85,42 @@ type dataplane interface {
 }
 
 var errNoNetns = errors.New("no such network namespace")
+
+// TapState is what holds a TAP name in a pod: nothing (Exists false), a
+// TAP SetupTap made (Vmlane; Mine when it made it for the asking pod
+// interface), and the pod interface its redirect joins it to (Holder,
+// empty when that interface is gone: a TAP left behind).
+type TapState struct {
+	Exists, Vmlane, Mine bool
+	Holder               string
+}
+
+// heldBy reports whether the TAP belongs to something other than the
+// attachment on ifName: another attachment's live interface, or a link
+// vmlane did not make. A TAP left behind is nobody's.
+func (s TapState) heldBy(ifName string) bool {
+	return s.Exists && !s.Mine && (!s.Vmlane || s.Holder != "" && s.Holder != ifName)
+}
+
+// tapTaken is ADD's refusal of a TAP name another link of the pod holds.
+// Without it, a second attachment would open the first one's TAP (opening
+// a persistent TAP by name attaches to it) and take over its traffic.
+func tapTaken(c *Config, tap, ifName string, s TapState) error {
+	var holder string
+	switch {
+	case !s.Vmlane:
+		holder = "a link vmlane did not make"
+	default:
+		holder = "the TAP of the attachment on " + s.Holder
+	}
+	field := "tapName " + fmt.Sprintf("%q", c.TapName)
+	if c.TapName == "" {
+		field = "the TAP name derived from ifname " + ifName
+	}
+	return types.NewError(types.ErrInvalidNetworkConfig,
+		fmt.Sprintf("TAP %s for the attachment on %s is already in the pod: it is %s", tap, ifName, holder),
+		field+" collides; give each network of the pod its own tapName, or leave tapName unset so that the TAP follows the ifname (net1 gets tap1)")
+}
 
 // errPluginNotAvailable is CNI error 50 (spec 1.1 STATUS: "the plugin is
 // not available"); the cni library names no constant for it.
@@ -143,6 +182,17 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		}
 		if err := p.dp.CheckNetns(args.Netns); err != nil {
 			return types.NewError(types.ErrUnknownContainer, fmt.Sprintf("netns %q", args.Netns), err.Error())
+		}
+		var tap string
+		var tapState TapState
+		if c.VM {
+			tap = c.TapFor(args.IfName)
+			if tapState, err = p.dp.TapHolder(args.Netns, tap, args.IfName); err != nil {
+				return fmt.Errorf("looking for TAP %s in the pod: %w", tap, err)
+			}
+			if tapState.heldBy(args.IfName) {
+				return tapTaken(c, tap, args.IfName, tapState)
+			}
 		}
 		store, err := c.store()
 		if err != nil {
@@ -232,9 +282,9 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		if err := p.dp.DeleteHostLink(hostIf); err != nil {
 			return fmt.Errorf("removing stale %s: %w", hostIf, err)
 		}
-		if c.VM && retried {
-			if err := p.dp.DeleteNetnsLinks(args.Netns, c.TapName); err != nil {
-				return fmt.Errorf("removing stale %s: %w", c.TapName, err)
+		if c.VM && (retried || tapState.Exists) {
+			if err := p.dp.DeleteNetnsLinks(args.Netns, tap); err != nil {
+				return fmt.Errorf("removing stale %s: %w", tap, err)
 			}
 		}
 		// The port's identity goes in before the port joins the bridge,
@@ -286,15 +336,15 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		a := Attached{Bridge: br, HostVeth: host, PodVeth: podLink}
 		addr := netip.PrefixFrom(lease.IP, c.SubnetPrefix.Bits())
 		if c.VM {
-			tap, err := p.dp.SetupTap(args.Netns, c.TapName, args.IfName, c.MTU, c.TapMultiQueue)
+			tl, err := p.dp.SetupTap(args.Netns, tap, args.IfName, c.MTU, c.TapMultiQueue)
 			if err != nil {
-				if derr := p.dp.DeleteNetnsLinks(args.Netns, c.TapName); derr != nil {
-					log.Error("removing TAP after failed ADD", "link", c.TapName, "err", derr)
+				if derr := p.dp.DeleteNetnsLinks(args.Netns, tap); derr != nil {
+					log.Error("removing TAP after failed ADD", "link", tap, "err", derr)
 				}
-				return fmt.Errorf("creating TAP %s: %w", c.TapName, err)
+				return fmt.Errorf("creating TAP %s: %w", tap, err)
 			}
-			tap.MAC = lease.MAC
-			a.Tap = &tap
+			tl.MAC = lease.MAC
+			a.Tap = &tl
 		} else {
 			if err := p.dp.ConfigureAddress(args.Netns, args.IfName, addr, c.GatewayAddr); err != nil {
 				return fmt.Errorf("configuring %s on %s: %w", addr, args.IfName, err)

@@ -116,7 +116,7 @@ func replay(t *testing.T, seed uint64) {
 			wantHost = append(wantHost, a.veth())
 			wantPod = append(wantPod, a.ifname)
 			if vm[i] {
-				wantPod = append(wantPod, "tap0")
+				wantPod = append(wantPod, "tap"+a.ifname[3:])
 			}
 		}
 		slices.Sort(wantPod)

@@ -156,7 +156,7 @@ func parseCacheEntry(data []byte) (e cacheEntry, ok bool, err error) {
 	// plain pod's its interface's.
 	want := ci.IfName
 	if c.VM {
-		want = c.TapName
+		want = c.TapFor(ci.IfName)
 	}
 	for _, i := range ci.Result.Interfaces {
 		if i.Name == want && i.Sandbox != "" {
