@@ -248,7 +248,7 @@ func TestPluginAddAfterInterruptedAdd(t *testing.T) {
 				t.Fatal(err)
 			}
 			if vm {
-				if _, err := h.dp.SetupTap(a.netns, "tap0", a.ifname, 1500, true); err != nil {
+				if _, err := h.dp.SetupTap(a.netns, TapSpec{Name: "tap0", PodIf: a.ifname, MTU: 1500, MultiQueue: true}); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -3,8 +3,10 @@ package plugin
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
+	"os/user"
 	"strconv"
 	"strings"
 	"time"
@@ -69,7 +71,19 @@ type NetConf struct {
 	// that open one queue per vCPU. Off by default: a runtime that opens a
 	// multi-queue TAP without the flag gets EINVAL.
 	TapMultiQueue bool `json:"tapMultiQueue,omitempty"`
-	DNS           DNS  `json:"dns,omitzero"`
+	// TapOwner and TapGroup are the user and group that may open the TAP
+	// without CAP_NET_ADMIN (TUNSETOWNER, TUNSETGROUP), for a runtime
+	// whose QEMU runs unprivileged (KubeVirt's runs as 107): a number, or
+	// a name looked up on the node. Unset is root (0).
+	TapOwner json.RawMessage `json:"tapOwner,omitempty"`
+	TapGroup json.RawMessage `json:"tapGroup,omitempty"`
+	// PodMAC is the MAC of a VM attachment's pod interface: "random"
+	// (the default: the kernel's) or "guest", the guest's own, for a
+	// runtime that gives the guest the pod interface's MAC (KubeVirt's
+	// tap binding, when the VMI names no MAC). The pod interface sends
+	// nothing of its own, so the MAC still appears on the wire once.
+	PodMAC string `json:"podMAC,omitempty"`
+	DNS    DNS    `json:"dns,omitzero"`
 	// AntiSpoof keeps each attachment to its own MAC and address on the
 	// bridge (internal/antispoof). On unless set to false.
 	AntiSpoof *bool `json:"antiSpoof,omitempty"`
@@ -103,6 +117,12 @@ type RuntimeConfig struct {
 	PodAnnotations map[string]string `json:"io.kubernetes.cri.pod-annotations,omitempty"`
 }
 
+// Values of podMAC.
+const (
+	PodMACRandom = "random"
+	PodMACGuest  = "guest"
+)
+
 // The pod annotation that makes a pod a VM's ("vmlane.io/vm": NAME, the VM
 // NAMESPACE/NAME) and the capability that carries it to the plugin.
 const (
@@ -135,6 +155,8 @@ type Config struct {
 	// A pod that has one is attached in VM mode (VM is true) whatever
 	// the network says.
 	VMName string
+	// TapUID and TapGID are TapOwner and TapGroup as numbers.
+	TapUID, TapGID uint32
 	// MAC, IP and IP6 are the runtime's requests (zero when none).
 	MAC string
 	IP  netip.Addr
@@ -176,6 +198,18 @@ func ParseConfig(stdin []byte, defaultMTU func() int) (*Config, error) {
 		if err := checkIfName("tapName", c.TapName); err != nil {
 			return nil, err
 		}
+	}
+	switch c.PodMAC {
+	case "", PodMACRandom, PodMACGuest:
+	default:
+		return nil, configError("podMAC", c.PodMAC, `must be "random" or "guest"`)
+	}
+	var err error
+	if c.TapUID, err = parseID("tapOwner", c.TapOwner, lookupUser); err != nil {
+		return nil, err
+	}
+	if c.TapGID, err = parseID("tapGroup", c.TapGroup, lookupGroup); err != nil {
+		return nil, err
 	}
 	if c.LeaseFile == "" {
 		c.LeaseFile = DefaultLeaseFile
@@ -427,6 +461,67 @@ func (c *Config) TapFor(ifName string) string {
 		return "tap" + ifName[3:]
 	}
 	return ("tap-" + ifName)[:min(15, 4+len(ifName))]
+}
+
+// parseID reads tapOwner or tapGroup: absent or null is 0 (root); a
+// number, or a string of digits, is taken as it is (the runtime's user
+// may exist only inside its container); another string is a name that
+// lookup must find on the node.
+func parseID(field string, raw json.RawMessage, lookup func(string) (string, error)) (uint32, error) {
+	what := "user"
+	if field == "tapGroup" {
+		what = "group"
+	}
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, nil
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return 0, configError(field, string(raw), "not a number or a name")
+	}
+	var s string
+	switch v := v.(type) {
+	case float64:
+		s = strconv.FormatFloat(v, 'f', -1, 64)
+	case string:
+		s = v
+	default:
+		return 0, configError(field, string(raw), "not a number or a name")
+	}
+	id, err := strconv.ParseUint(s, 10, 32)
+	if err != nil {
+		if _, ok := v.(float64); ok || s == "" || s[0] >= '0' && s[0] <= '9' {
+			return 0, configError(field, s, "not an id from 0 to 4294967294")
+		}
+		n, lerr := lookup(s)
+		if lerr != nil {
+			return 0, configError(field, s, "not a number, and the node has no such "+what+" ("+lerr.Error()+")")
+		}
+		id, err = strconv.ParseUint(n, 10, 32)
+		if err != nil {
+			return 0, configError(field, s, "the node gives it id "+n)
+		}
+	}
+	if id == math.MaxUint32 {
+		return 0, configError(field, s, "not an id from 0 to 4294967294 (-1 means none, which TUNSETOWNER refuses)")
+	}
+	return uint32(id), nil
+}
+
+func lookupUser(name string) (string, error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		return "", err
+	}
+	return u.Uid, nil
+}
+
+func lookupGroup(name string) (string, error) {
+	g, err := user.LookupGroup(name)
+	if err != nil {
+		return "", err
+	}
+	return g.Gid, nil
 }
 
 // K8sArgs are the CNI_ARGS vmlane reads.

@@ -59,12 +59,13 @@ func TestConfigDefaults(t *testing.T) {
 		Lease                      time.Duration
 		MAC, IP                    string
 		Exclude                    string
+		TapUID, TapGID             uint32
 	}
 	project := func(c *Config) view {
 		v := view{
 			Bridge: c.Bridge, TapName: c.TapName, LeaseFile: c.LeaseFile,
 			Subnet: c.SubnetPrefix.String(), Gateway: c.GatewayAddr.String(),
-			MTU: c.MTU, Lease: c.Lease, MAC: c.MAC,
+			MTU: c.MTU, Lease: c.Lease, MAC: c.MAC, TapUID: c.TapUID, TapGID: c.TapGID,
 		}
 		if c.IP.IsValid() {
 			v.IP = c.IP.String()
@@ -108,6 +109,10 @@ func TestConfigDefaults(t *testing.T) {
 		{name: "leaseTime null", set: map[string]any{"leaseTime": json.RawMessage("null")}, defaultMTU: constMTU(9000), want: base},
 		{name: "names and paths", set: map[string]any{"bridge": "br-vm", "tapName": "vmtap", "leaseFile": "/run/vmlane/l.json"},
 			defaultMTU: constMTU(9000), want: with(func(v *view) { v.Bridge, v.TapName, v.LeaseFile = "br-vm", "vmtap", "/run/vmlane/l.json" })},
+		{name: "TAP owner and group as numbers", set: map[string]any{"tapOwner": 107, "tapGroup": "107"}, defaultMTU: constMTU(9000),
+			want: with(func(v *view) { v.TapUID, v.TapGID = 107, 107 })},
+		{name: "TAP owner and group by name", set: map[string]any{"tapOwner": "root", "tapGroup": "root"}, defaultMTU: constMTU(9000), want: base},
+		{name: "TAP owner null", set: map[string]any{"tapOwner": json.RawMessage("null")}, defaultMTU: constMTU(9000), want: base},
 		{name: "15-byte bridge name", set: map[string]any{"bridge": "abcdefghijklmno"}, defaultMTU: constMTU(9000),
 			want: with(func(v *view) { v.Bridge = "abcdefghijklmno" })},
 		{name: "mtu bounds", set: map[string]any{"mtu": 576}, defaultMTU: constMTU(9000), want: with(func(v *view) { v.MTU = 576 })},
@@ -185,6 +190,15 @@ func TestConfigErrors(t *testing.T) {
 		{"tapName dotdot", map[string]any{"tapName": ".."}, "tapName", `".."`},
 		{"tapName too long", map[string]any{"tapName": "tap-0123456789ab"}, "tapName", "tap-0123456789ab"},
 		{"tapName with slash", map[string]any{"tapName": "tap/0"}, "tapName", "tap/0"},
+		{"tapOwner no such user", map[string]any{"tapOwner": "vmlane-nosuch"}, "tapOwner", "vmlane-nosuch"},
+		{"tapGroup no such group", map[string]any{"tapGroup": "vmlane-nosuch"}, "tapGroup", "vmlane-nosuch"},
+		{"tapOwner negative", map[string]any{"tapOwner": -1}, "tapOwner", "-1"},
+		{"tapOwner -1 as 32 bits", map[string]any{"tapOwner": 4294967295}, "tapOwner", "4294967295"},
+		{"tapOwner beyond 32 bits", map[string]any{"tapOwner": 1 << 33}, "tapOwner", "8589934592"},
+		{"tapOwner fraction", map[string]any{"tapOwner": 1.5}, "tapOwner", "1.5"},
+		{"tapGroup object", map[string]any{"tapGroup": map[string]any{}}, "tapGroup", "{}"},
+		{"tapGroup empty", map[string]any{"tapGroup": ""}, "tapGroup", `""`},
+		{"podMAC neither", map[string]any{"podMAC": "host"}, "podMAC", "host"},
 		{"relative leaseFile", map[string]any{"leaseFile": "leases.json"}, "leaseFile", "leases.json"},
 		{"nameserver not an IP", map[string]any{"dns": map[string]any{"nameservers": []string{"10.96.0.10", "kube-dns"}}}, "dns.nameservers", "kube-dns"},
 		{"leaseTime 10s", map[string]any{"leaseTime": "10s"}, "leaseTime", "10s"},

@@ -104,7 +104,7 @@ func TestFakeMatchesKernel(t *testing.T) {
 			return err
 		}
 		record(w, host, pod)
-		_, err = w.SetupTap(podB.Path, "tap0", "eth0", 1400, false)
+		_, err = w.SetupTap(podB.Path, TapSpec{Name: "tap0", PodIf: "eth0", MTU: 1400})
 		return err
 	}
 	steps := []struct {

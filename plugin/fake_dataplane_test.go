@@ -164,9 +164,10 @@ func (f *fakeDataplane) ConfigureAddress(netns, podIf string, addr netip.Prefix,
 	return after
 }
 
-func (f *fakeDataplane) SetupTap(netns, tap, podIf string, mtu int, multiQueue bool) (Link, error) {
+func (f *fakeDataplane) SetupTap(netns string, spec TapSpec) (Link, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	tap, podIf, mtu, multiQueue := spec.Name, spec.PodIf, spec.MTU, spec.MultiQueue
 	before, after := f.enterLocked("SetupTap", netns, tap, podIf, mtu, multiQueue)
 	if before != nil {
 		return Link{}, before

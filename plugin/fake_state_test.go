@@ -132,7 +132,7 @@ func TestFakeDataplane(t *testing.T) {
 		if _, _, err := f.SetupVeth("/run/netns/p", "eth0", "vh", "br0", 1500, "", true); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := f.SetupTap("/run/netns/p", "tap0", "eth0", 1500, false); err != nil {
+		if _, err := f.SetupTap("/run/netns/p", TapSpec{Name: "tap0", PodIf: "eth0", MTU: 1500}); err != nil {
 			t.Fatal(err)
 		}
 		return f
@@ -196,10 +196,10 @@ func TestFakeDataplane(t *testing.T) {
 		if _, _, err := f.SetupVeth("/run/netns/p", "eth0", "vh2", "br0", 1500, "", false); err == nil {
 			t.Error("a second eth0 in one netns")
 		}
-		if _, err := f.SetupTap("/run/netns/p", "eth0", "eth0", 1500, false); err == nil {
+		if _, err := f.SetupTap("/run/netns/p", TapSpec{Name: "eth0", PodIf: "eth0", MTU: 1500}); err == nil {
 			t.Error("a TAP over a veth")
 		}
-		if _, err := f.SetupTap("/run/netns/p", "tap0", "eth0", 1500, true); err == nil {
+		if _, err := f.SetupTap("/run/netns/p", TapSpec{Name: "tap0", PodIf: "eth0", MTU: 1500, MultiQueue: true}); err == nil {
 			t.Error("a multi-queue TAP over a single-queue one")
 		}
 		f.addForeignLink("eth9", "device")

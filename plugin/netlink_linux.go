@@ -166,14 +166,16 @@ func (netlinkDataplane) ConfigureAddress(netnsPath, podIf string, addr netip.Pre
 	})
 }
 
-func (netlinkDataplane) SetupTap(netnsPath, tap, podIf string, mtu int, multiQueue bool) (Link, error) {
+func (netlinkDataplane) SetupTap(netnsPath string, spec TapSpec) (Link, error) {
+	tap, podIf, mtu := spec.Name, spec.PodIf, spec.MTU
 	var out Link
 	err := ns.WithNetNSPath(netnsPath, func(ns.NetNS) error {
 		// vnet header on: virtio-net guests hand the host offloaded
 		// (GSO/checksum-partial) frames through it. No packet-info
-		// header. Owned by root; persistent until DEL deletes it.
+		// header. Opened by spec's owner and group, or with
+		// CAP_NET_ADMIN; persistent until DEL deletes it.
 		flags := netlink.TUNTAP_NO_PI | netlink.TUNTAP_VNET_HDR
-		if multiQueue {
+		if spec.MultiQueue {
 			flags |= netlink.TUNTAP_MULTI_QUEUE
 		} else {
 			flags |= netlink.TUNTAP_ONE_QUEUE
@@ -182,6 +184,8 @@ func (netlinkDataplane) SetupTap(netnsPath, tap, podIf string, mtu int, multiQue
 			LinkAttrs: netlink.LinkAttrs{Name: tap, MTU: mtu},
 			Mode:      netlink.TUNTAP_MODE_TAP,
 			Flags:     flags,
+			Owner:     spec.Owner,
+			Group:     spec.Group,
 		}
 		if err := netlink.LinkAdd(t); err != nil {
 			return fmt.Errorf("creating: %w", kernel.Explain(err, kernel.Tun))

@@ -35,7 +35,7 @@ func (unsupported) SetupVeth(string, string, string, string, int, string, bool) 
 func (unsupported) ConfigureAddress(string, string, netip.Prefix, netip.Addr) error {
 	return errUnsupported
 }
-func (unsupported) SetupTap(string, string, string, int, bool) (Link, error) {
+func (unsupported) SetupTap(string, TapSpec) (Link, error) {
 	return Link{}, errUnsupported
 }
 func (unsupported) DeleteHostLink(string) error              { return errUnsupported }

@@ -55,7 +55,7 @@ type dataplane interface {
 	ConfigureAddress(netns, podIf string, addr netip.Prefix, gw netip.Addr) error
 	// SetupTap creates the TAP in netns and joins it to podIf with tc
 	// ingress + mirred egress redirect in both directions.
-	SetupTap(netns, tap, podIf string, mtu int, multiQueue bool) (Link, error)
+	SetupTap(netns string, t TapSpec) (Link, error)
 	// TapHolder reports what holds the link named tap in netns, for the
 	// attachment on podIf.
 	TapHolder(netns, tap, podIf string) (TapState, error)
@@ -85,6 +85,16 @@ type dataplane interface {
 }
 
 var errNoNetns = errors.New("no such network namespace")
+
+// TapSpec is the TAP SetupTap makes: its name, the pod interface it is
+// joined to, and what the runtime that opens it needs (MTU, queues, the
+// user and group that may open it).
+type TapSpec struct {
+	Name, PodIf  string
+	MTU          int
+	MultiQueue   bool
+	Owner, Group uint32
+}
 
 // TapState is what holds a TAP name in a pod: nothing (Exists false), a
 // TAP SetupTap made (Vmlane; Mine when it made it for the asking pod
@@ -318,8 +328,8 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 			}
 		}
 		podMAC := lease.MAC
-		if c.VM {
-			podMAC = "" // the guest's MAC must appear on the wire only once
+		if c.VM && c.PodMAC != PodMACGuest {
+			podMAC = "" // the kernel's: the guest's MAC is the TAP's entry
 		}
 		// Registered before SetupVeth: it can fail after creating the pair.
 		defer func() {
@@ -336,7 +346,9 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		a := Attached{Bridge: br, HostVeth: host, PodVeth: podLink}
 		addr := netip.PrefixFrom(lease.IP, c.SubnetPrefix.Bits())
 		if c.VM {
-			tl, err := p.dp.SetupTap(args.Netns, tap, args.IfName, c.MTU, c.TapMultiQueue)
+			tl, err := p.dp.SetupTap(args.Netns, TapSpec{
+				Name: tap, PodIf: args.IfName, MTU: c.MTU, MultiQueue: c.TapMultiQueue, Owner: c.TapUID, Group: c.TapGID,
+			})
 			if err != nil {
 				if derr := p.dp.DeleteNetnsLinks(args.Netns, tap); derr != nil {
 					log.Error("removing TAP after failed ADD", "link", tap, "err", derr)
