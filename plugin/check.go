@@ -50,7 +50,7 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 			return fmt.Errorf("lease of %s has MAC %s, the result says %s", key, l.MAC, want.Tap.MAC)
 		}
 		if c.Guard {
-			if err := checkGuard(p.dp, want.HostVeth.Name, l); err != nil {
+			if err := checkGuard(p.dp, AntiSpoofTable(c.Bridge), want.HostVeth.Name, l); err != nil {
 				return err
 			}
 		}
@@ -76,8 +76,8 @@ func compareLeaseAddrs(key leases.Key, l leases.Lease, addrs []netip.Prefix) err
 
 // checkGuard reports a port whose anti-spoofing identity is not exactly
 // its lease's.
-func checkGuard(dp dataplane, port string, l leases.Lease) error {
-	ports, err := dp.Guarded()
+func checkGuard(dp dataplane, table, port string, l leases.Lease) error {
+	ports, err := dp.Guarded(table)
 	if err != nil {
 		return fmt.Errorf("reading anti-spoofing ports: %w", err)
 	}

@@ -111,9 +111,9 @@ func TestPluginAntiSpoof(t *testing.T) {
 		}
 		mac, _ := net.ParseMAC("02:76:0a:f4:03:09")
 		for name, change := range map[string]func() error{
-			"removed": func() error { return h.dp.Unguard(a.veth()) },
+			"removed": func() error { return h.dp.Unguard("vmlane", a.veth()) },
 			"other address": func() error {
-				return h.dp.Guard(antispoof.Port{Name: a.veth(), MAC: mac, IP: netip.MustParseAddr("10.244.3.9")})
+				return h.dp.Guard("vmlane", antispoof.Port{Name: a.veth(), MAC: mac, IP: netip.MustParseAddr("10.244.3.9")})
 			},
 		} {
 			if err := change(); err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
+	"github.com/vmlane/vmlane/internal/antispoof"
 	"github.com/vmlane/vmlane/internal/netaddr"
 	"github.com/vmlane/vmlane/leases"
 )
@@ -445,6 +446,17 @@ func checkIfName(field, name string) error {
 		return configError(field, name, "contains '%'")
 	}
 	return nil
+}
+
+// AntiSpoofTable names the anti-spoofing table of bridge's ports (see
+// package antispoof): TableName for the default bridge, whose table had
+// that name before a node could have more than one vmlane network, and
+// TableName-BRIDGE for another.
+func AntiSpoofTable(bridge string) string {
+	if bridge == DefaultBridge {
+		return antispoof.TableName
+	}
+	return antispoof.TableName + "-" + bridge
 }
 
 // TapFor is the name of the TAP of the VM attachment whose pod interface

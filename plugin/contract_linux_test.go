@@ -119,7 +119,7 @@ func TestFakeMatchesKernel(t *testing.T) {
 				return err
 			}
 			for _, g := range guards {
-				if err := w.Guard(g); err != nil {
+				if err := w.Guard("vmlane", g); err != nil {
 					return err
 				}
 			}
@@ -148,7 +148,7 @@ func TestFakeMatchesKernel(t *testing.T) {
 			}
 			return w.DeleteNetnsLinks(podA.Path, "eth0")
 		}},
-		{"unguarded", func(w world) error { return w.Unguard("vmlaaaa", "vmlbbbb") }},
+		{"unguarded", func(w world) error { return w.Unguard("vmlane", "vmlaaaa", "vmlbbbb") }},
 	}
 
 	real, fk := world(kernelWorld{}), world(fakeWorld{fake})

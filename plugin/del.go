@@ -139,7 +139,7 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 		// them (see sweepGuards).
 		var listed []antispoof.Port
 		if c.Guard {
-			if listed, err = p.dp.Guarded(); err != nil {
+			if listed, err = p.dp.Guarded(AntiSpoofTable(c.Bridge)); err != nil {
 				return fmt.Errorf("reading anti-spoofing ports: %w", err)
 			}
 		}
@@ -180,7 +180,7 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 			log.Info("collected", "ip", l.IP, "attachment", l.Key().String())
 		}
 		if c.Guard {
-			errs = append(errs, sweepGuards(p.dp, listed, store))
+			errs = append(errs, sweepGuards(p.dp, AntiSpoofTable(c.Bridge), listed, store))
 		}
 		return errors.Join(errs...)
 	})
@@ -191,7 +191,7 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 // those of the attachments GC collected. listed was read before the lease
 // file, so an ADD racing GC, whose lease is written before its entry,
 // either has its lease seen here or its entry not listed.
-func sweepGuards(dp dataplane, listed []antispoof.Port, store *leases.Store) error {
+func sweepGuards(dp dataplane, table string, listed []antispoof.Port, store *leases.Store) error {
 	ls, err := store.List()
 	if err != nil {
 		return storeError(err)
@@ -209,7 +209,7 @@ func sweepGuards(dp dataplane, listed []antispoof.Port, store *leases.Store) err
 	if len(sweep) == 0 {
 		return nil
 	}
-	if err := dp.Unguard(sweep...); err != nil {
+	if err := dp.Unguard(table, sweep...); err != nil {
 		return fmt.Errorf("removing anti-spoofing of stale ports: %w", err)
 	}
 	return nil

@@ -232,7 +232,7 @@ func (f *fakeDataplane) UnrouteHost(bridge string, dst netip.Prefix) error {
 	return after
 }
 
-func (f *fakeDataplane) Guard(p antispoof.Port) error {
+func (f *fakeDataplane) Guard(_ string, p antispoof.Port) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	before, after := f.enterLocked("Guard", p.String())
@@ -252,7 +252,7 @@ func (f *fakeDataplane) Guard(p antispoof.Port) error {
 	return after
 }
 
-func (f *fakeDataplane) Unguard(ports ...string) error {
+func (f *fakeDataplane) Unguard(_ string, ports ...string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	before, after := f.enterLocked("Unguard", anys(ports)...)
@@ -265,7 +265,7 @@ func (f *fakeDataplane) Unguard(ports ...string) error {
 	return after
 }
 
-func (f *fakeDataplane) Guarded() ([]antispoof.Port, error) {
+func (f *fakeDataplane) Guarded(string) ([]antispoof.Port, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if before, _ := f.enterLocked("Guarded"); before != nil {

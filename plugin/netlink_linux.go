@@ -406,9 +406,15 @@ func deleteGroup(links []netlink.Link) bool {
 
 func (netlinkDataplane) BridgeStatus(name string) error { return bridge.Status(name) }
 
-func (netlinkDataplane) Guard(p antispoof.Port) error       { return antispoof.Table{}.Add(p) }
-func (netlinkDataplane) Unguard(ports ...string) error      { return antispoof.Table{}.Remove(ports...) }
-func (netlinkDataplane) Guarded() ([]antispoof.Port, error) { return antispoof.Table{}.Ports() }
+func (netlinkDataplane) Guard(table string, p antispoof.Port) error {
+	return antispoof.Table{Name: table}.Add(p)
+}
+func (netlinkDataplane) Unguard(table string, ports ...string) error {
+	return antispoof.Table{Name: table}.Remove(ports...)
+}
+func (netlinkDataplane) Guarded(table string) ([]antispoof.Port, error) {
+	return antispoof.Table{Name: table}.Ports()
+}
 
 func (netlinkDataplane) RouteHost(bridgeName string, dst netip.Prefix) error {
 	return bridge.RouteHost(bridgeName, dst)

@@ -76,12 +76,13 @@ type dataplane interface {
 	// success).
 	RouteHost(bridge string, dst netip.Prefix) error
 	UnrouteHost(bridge string, dst netip.Prefix) error
-	// Guard makes p the only identity its port may send as; it works
-	// before the port exists. Unguard removes a port's identity (none is
+	// Guard makes p the only identity its port may send as, in the
+	// anti-spoofing table named table (AntiSpoofTable); it works before
+	// the port exists. Unguard removes a port's identity (none is
 	// success), and Guarded lists the ports that have one.
-	Guard(p antispoof.Port) error
-	Unguard(ports ...string) error
-	Guarded() ([]antispoof.Port, error)
+	Guard(table string, p antispoof.Port) error
+	Unguard(table string, ports ...string) error
+	Guarded(table string) ([]antispoof.Port, error)
 }
 
 var errNoNetns = errors.New("no such network namespace")
@@ -304,12 +305,12 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 			// writing.
 			defer func() {
 				if !success {
-					if uerr := p.dp.Unguard(hostIf); uerr != nil {
+					if uerr := p.dp.Unguard(AntiSpoofTable(c.Bridge), hostIf); uerr != nil {
 						log.Error("removing anti-spoofing after failed ADD", "port", hostIf, "err", uerr)
 					}
 				}
 			}()
-			if err := guard(p.dp, hostIf, lease); err != nil {
+			if err := guard(p.dp, AntiSpoofTable(c.Bridge), hostIf, lease); err != nil {
 				return err
 			}
 		}
@@ -440,12 +441,12 @@ func (c *Config) vmIdentity(pod leases.Pod) (string, error) {
 }
 
 // guard gives the port hostIf the lease's identity.
-func guard(dp dataplane, hostIf string, l leases.Lease) error {
+func guard(dp dataplane, table, hostIf string, l leases.Lease) error {
 	mac, err := net.ParseMAC(l.MAC)
 	if err != nil {
 		return fmt.Errorf("lease MAC %q: %w", l.MAC, err)
 	}
-	err = dp.Guard(antispoof.Port{Name: hostIf, MAC: mac, IP: l.IP, IP6: l.IP6})
+	err = dp.Guard(table, antispoof.Port{Name: hostIf, MAC: mac, IP: l.IP, IP6: l.IP6})
 	if errors.Is(err, antispoof.ErrNoKernelSupport) {
 		return configError("antiSpoof", true, err.Error()+`; the node's kernel needs nf_tables with the bridge family (CONFIG_NF_TABLES_BRIDGE), or set "antiSpoof": false (see the README's security model)`)
 	}

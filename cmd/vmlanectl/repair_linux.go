@@ -6,6 +6,7 @@ import (
 
 	"github.com/vmlane/vmlane/internal/antispoof"
 	"github.com/vmlane/vmlane/internal/bridge"
+	"github.com/vmlane/vmlane/plugin"
 )
 
 // readNode reads the links on the bridge and the anti-spoofing table.
@@ -14,7 +15,7 @@ func readNode(bridgeName string) (nodeState, error) {
 	if err != nil {
 		return nodeState{}, fmt.Errorf("reading the ports of bridge %s (--bridge): %w", bridgeName, err)
 	}
-	guarded, err := antispoof.Table{}.Ports()
+	guarded, err := antispoof.Table{Name: plugin.AntiSpoofTable(bridgeName)}.Ports()
 	if err != nil {
 		return nodeState{}, err
 	}

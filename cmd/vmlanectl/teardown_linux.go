@@ -23,7 +23,7 @@ func teardown(w io.Writer, o teardownOpts) error {
 	if o.dryRun {
 		fmt.Fprintf(w, "would remove: routes with protocol %d, iptables chains %s and %s with their jumps, %s, %s, nftables table bridge %s, bridge %s\n",
 			o.protocol, routes.ChainNAT, routes.ChainForward, filepath.Join(o.cniConfDir, plugin.ConflistName),
-			filepath.Join(o.vmCNIConfDir, plugin.VMConflistName), antispoof.TableName, o.bridge)
+			filepath.Join(o.vmCNIConfDir, plugin.VMConflistName), plugin.AntiSpoofTable(o.bridge), o.bridge)
 		return nil
 	}
 	var errs []error
@@ -58,10 +58,10 @@ func teardown(w io.Writer, o teardownOpts) error {
 			errs = append(errs, err)
 		}
 	}
-	if err := (antispoof.Table{}).Delete(); err != nil {
+	if err := (antispoof.Table{Name: plugin.AntiSpoofTable(o.bridge)}).Delete(); err != nil {
 		errs = append(errs, err)
 	} else {
-		fmt.Fprintf(w, "removed nftables table bridge %s (if it existed)\n", antispoof.TableName)
+		fmt.Fprintf(w, "removed nftables table bridge %s (if it existed)\n", plugin.AntiSpoofTable(o.bridge))
 	}
 	if err := bridge.Delete(o.bridge); err != nil {
 		errs = append(errs, fmt.Errorf("deleting bridge %s: %w", o.bridge, err))

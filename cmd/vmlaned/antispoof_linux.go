@@ -103,13 +103,13 @@ func syncAntiSpoof(tb antispoof.Table, leaseFile string, m *antiSpoofMetrics, lo
 
 // runAntiSpoof syncs at once and then every period until ctx ends. A
 // failure is logged once until a sync succeeds again.
-func runAntiSpoof(ctx context.Context, leaseFile string, period time.Duration, m *antiSpoofMetrics, log *slog.Logger) {
+func runAntiSpoof(ctx context.Context, bridge, leaseFile string, period time.Duration, m *antiSpoofMetrics, log *slog.Logger) {
 	log = log.With("component", "antispoof")
 	t := time.NewTicker(period)
 	defer t.Stop()
 	failing := false
 	for {
-		err := syncAntiSpoof(antispoof.Table{}, leaseFile, m, log)
+		err := syncAntiSpoof(antispoof.Table{Name: plugin.AntiSpoofTable(bridge)}, leaseFile, m, log)
 		switch {
 		case err != nil:
 			m.syncErrors.Inc()

@@ -61,7 +61,7 @@ func (l *linuxNode) setup(ctx context.Context, subnet netip.Prefix, reg promethe
 	if err != nil {
 		return nil, err
 	}
-	go runAntiSpoof(ctx, c.LeaseFile, c.AntiSpoofPeriod, newAntiSpoofMetrics(reg), l.log)
+	go runAntiSpoof(ctx, c.Bridge, c.LeaseFile, c.AntiSpoofPeriod, newAntiSpoofMetrics(reg), l.log)
 	return flush, nil
 }
 

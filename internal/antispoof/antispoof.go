@@ -18,6 +18,13 @@
 //	addrs   ifname . ether_addr . ipv4_addr    a port's MAC and address
 //	addrs6  ifname . ether_addr . ipv6_addr    a port's MAC and IPv6 address
 //
+// Each vmlane network (each bridge) has a table of its own: vmlane for the
+// default bridge, vmlane-BRIDGE for another (plugin.AntiSpoofTable), so
+// that the vmlaned of one network, which makes its table hold exactly the
+// ports of its lease file, never removes another network's. A port is in
+// one table only, and every other table lets it pass; a frame passes when
+// every base chain of the hook accepts it, so the tables compose.
+//
 // A port without an IPv6 address (an IPv4-only network) may send IPv6 only
 // from link-local addresses and ::.
 //
@@ -49,7 +56,8 @@ import (
 	"strings"
 )
 
-// TableName is the name of vmlane's table in the bridge family.
+// TableName is the name of vmlane's table in the bridge family, for the
+// default bridge; the table of another is TableName-BRIDGE.
 const TableName = "vmlane"
 
 // Port is what one bridge port may send as: the host end of a veth, and the

@@ -12,17 +12,30 @@ import (
 	"github.com/google/nftables/userdata"
 )
 
-// Table is vmlane's table in one network namespace.
+// Table is one of vmlane's tables in one network namespace.
 type Table struct {
 	// NetNS is the path of the network namespace; empty is the
 	// caller's own.
 	NetNS string
+	// Name is the table's name (TableFor); empty is TableName.
+	Name string
 }
 
-func (t Table) conn() (*nftables.Conn, func(), error) {
+// conn is a netlink connection to a Table's namespace, and the table.
+type conn struct {
+	*nftables.Conn
+	tb *nftables.Table
+}
+
+func (t Table) conn() (*conn, func(), error) {
+	name := t.Name
+	if name == "" {
+		name = TableName
+	}
+	tb := &nftables.Table{Name: name, Family: nftables.TableFamilyBridge}
 	if t.NetNS == "" {
 		c, err := nftables.New()
-		return c, func() {}, err
+		return &conn{c, tb}, func() {}, err
 	}
 	f, err := os.Open(t.NetNS)
 	if err != nil {
@@ -33,12 +46,10 @@ func (t Table) conn() (*nftables.Conn, func(), error) {
 		f.Close()
 		return nil, nil, err
 	}
-	return c, func() { f.Close() }, nil
+	return &conn{c, tb}, func() { f.Close() }, nil
 }
 
-var table = &nftables.Table{Name: TableName, Family: nftables.TableFamilyBridge}
-
-func sets() []*nftables.Set {
+func sets(table *nftables.Table) []*nftables.Set {
 	return []*nftables.Set{
 		{Table: table, Name: setPorts, KeyType: nftables.TypeIFName},
 		{Table: table, Name: setMACs, Concatenation: true,
@@ -54,7 +65,7 @@ func sets() []*nftables.Set {
 // (NF_BR_PRI_FILTER_BRIDGED).
 const basePriority = -200
 
-func chain(name string) *nftables.Chain {
+func chain(table *nftables.Table, name string) *nftables.Chain {
 	c := &nftables.Chain{Name: name, Table: table}
 	if name == chainPorts {
 		c.Type = nftables.ChainTypeFilter
@@ -75,28 +86,28 @@ func comment(chain, name string) []byte {
 // queueEnsure adds the whole table to c's batch: table, sets and chains
 // (no-ops when present, elements kept), then each chain flushed and its
 // rules added.
-func queueEnsure(c *nftables.Conn) error {
-	c.AddTable(table)
-	for _, s := range sets() {
+func queueEnsure(c *conn) error {
+	c.AddTable(c.tb)
+	for _, s := range sets(c.tb) {
 		if err := c.AddSet(s, nil); err != nil {
 			return fmt.Errorf("antispoof: set %s: %w", s.Name, err)
 		}
 	}
 	// Regular chains first: the base chain's rules jump to them.
 	for _, spec := range slices.Backward(layout) {
-		c.AddChain(chain(spec.name))
+		c.AddChain(chain(c.tb, spec.name))
 	}
 	for _, spec := range layout {
-		ch := chain(spec.name)
+		ch := chain(c.tb, spec.name)
 		c.FlushChain(ch)
 		for _, r := range spec.rules {
-			c.AddRule(&nftables.Rule{Table: table, Chain: ch, Exprs: r.exprs, UserData: comment(spec.name, r.name)})
+			c.AddRule(&nftables.Rule{Table: c.tb, Chain: ch, Exprs: r.exprs, UserData: comment(spec.name, r.name)})
 		}
 	}
 	return nil
 }
 
-func flush(c *nftables.Conn, what string) error {
+func flush(c *conn, what string) error {
 	if err := c.Flush(); err != nil {
 		if unsupported(err) {
 			return fmt.Errorf("%w (%s: %v)", ErrNoKernelSupport, what, err)
@@ -117,7 +128,7 @@ func (t Table) Ensure() error {
 	if err := queueEnsure(c); err != nil {
 		return err
 	}
-	return flush(c, "writing table bridge "+TableName)
+	return flush(c, "writing table bridge "+c.tb.Name)
 }
 
 // Add checks p and makes it the only identity of its port: in one
@@ -133,7 +144,7 @@ func (t Table) Add(p Port) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	return t.retry(func(c *nftables.Conn) error {
+	return t.retry(func(c *conn) error {
 		old, exists, err := portsIn(c)
 		if err != nil {
 			return err
@@ -154,7 +165,7 @@ func (t Table) Add(p Port) error {
 // Remove removes every identity of the named ports, in one transaction.
 // A port with none, or no table, is success.
 func (t Table) Remove(names ...string) error {
-	return t.retry(func(c *nftables.Conn) error {
+	return t.retry(func(c *conn) error {
 		old, _, err := portsIn(c)
 		after := old
 		for _, name := range names {
@@ -195,7 +206,7 @@ func (t Table) Sync(want, listed []Port) (Changes, error) {
 		}
 	}
 	var ch Changes
-	err := t.retry(func(c *nftables.Conn) error {
+	err := t.retry(func(c *conn) error {
 		ch = Changes{}
 		if err := verify(c); err != nil {
 			ch.Repaired = err.Error()
@@ -215,7 +226,7 @@ func (t Table) Sync(want, listed []Port) (Changes, error) {
 		if err := queueChange(c, have, after); err != nil {
 			return err
 		}
-		return flush(c, "syncing table bridge "+TableName)
+		return flush(c, "syncing table bridge "+c.tb.Name)
 	})
 	return ch, err
 }
@@ -239,20 +250,20 @@ func (t Table) Delete() error {
 		return err
 	}
 	defer done()
-	if _, err := c.ListTableOfFamily(TableName, nftables.TableFamilyBridge); err != nil {
+	if _, err := c.ListTableOfFamily(c.tb.Name, nftables.TableFamilyBridge); err != nil {
 		if isNotExist(err) || unsupported(err) {
 			return nil
 		}
 		return fmt.Errorf("antispoof: looking up table bridge %s: %w", TableName, err)
 	}
-	c.DelTable(table)
-	return flush(c, "deleting table bridge "+TableName)
+	c.DelTable(c.tb)
+	return flush(c, "deleting table bridge "+c.tb.Name)
 }
 
 // retry runs fn on a fresh connection, again when another process's
 // transaction removed an element between fn's read and its write (ENOENT
 // or EEXIST from the batch).
-func (t Table) retry(fn func(c *nftables.Conn) error) error {
+func (t Table) retry(fn func(c *conn) error) error {
 	var err error
 	for range 3 {
 		c, done, cerr := t.conn()
@@ -278,8 +289,8 @@ func unsupported(err error) bool {
 
 // portsIn reads the ports from the addrs set; a missing table or set has
 // none, and exists false.
-func portsIn(c *nftables.Conn) (ports []Port, exists bool, err error) {
-	s, err := c.GetSetByName(table, setAddrs)
+func portsIn(c *conn) (ports []Port, exists bool, err error) {
+	s, err := c.GetSetByName(c.tb, setAddrs)
 	if err != nil {
 		if isNotExist(err) || unsupported(err) {
 			return nil, false, nil
@@ -299,7 +310,7 @@ func portsIn(c *nftables.Conn) (ports []Port, exists bool, err error) {
 	}
 	// A table from before addrs6 counts as none: Add writes it whole
 	// (Ensure keeps the elements), and Sync's verify repairs it.
-	s6, err := c.GetSetByName(table, setAddrs6)
+	s6, err := c.GetSetByName(c.tb, setAddrs6)
 	if err != nil {
 		if isNotExist(err) {
 			return ports, false, nil
@@ -321,8 +332,8 @@ func portsIn(c *nftables.Conn) (ports []Port, exists bool, err error) {
 // each set's elements that after lacks are deleted, the ones it adds are
 // added. Elements two ports share (a port with two addresses has one name
 // and one MAC) stay while any port needs them.
-func queueChange(c *nftables.Conn, have, after []Port) error {
-	for i, s := range sets() {
+func queueChange(c *conn, have, after []Port) error {
+	for i, s := range sets(c.tb) {
 		del, add := elementDiff(keysOf(have, i), keysOf(after, i))
 		if len(del) > 0 {
 			if err := c.SetDeleteElements(s, del); err != nil {
@@ -338,7 +349,7 @@ func queueChange(c *nftables.Conn, have, after []Port) error {
 	return nil
 }
 
-// keysOf returns the ports' keys in the set sets()[i]: ports, macs,
+// keysOf returns the ports' keys in the set sets(table)[i]: ports, macs,
 // addrs, addrs6 (of the ports that have an IPv6 address).
 func keysOf(ports []Port, i int) [][]byte {
 	keys := make([][]byte, 0, len(ports))
@@ -385,19 +396,19 @@ func elementDiff(have, want [][]byte) (del, add []nftables.SetElement) {
 // verify compares the table in the kernel with layout: the sets' key
 // sizes, the base chain's hook, and each chain's rules by their comments.
 // A rule someone inserted has no comment of ours, so it shows too.
-func verify(c *nftables.Conn) error {
-	if _, err := c.ListTableOfFamily(TableName, nftables.TableFamilyBridge); err != nil {
+func verify(c *conn) error {
+	if _, err := c.ListTableOfFamily(c.tb.Name, nftables.TableFamilyBridge); err != nil {
 		if isNotExist(err) {
 			return errors.New("table missing")
 		}
 		return fmt.Errorf("antispoof: looking up table bridge %s: %w", TableName, err)
 	}
-	have, err := c.GetSets(table)
+	have, err := c.GetSets(c.tb)
 	if err != nil {
 		return fmt.Errorf("antispoof: listing sets: %w", err)
 	}
 	var problems []string
-	for _, want := range sets() {
+	for _, want := range sets(c.tb) {
 		i := slices.IndexFunc(have, func(s *nftables.Set) bool { return s.Name == want.Name })
 		switch {
 		case i < 0:
@@ -411,15 +422,15 @@ func verify(c *nftables.Conn) error {
 		return fmt.Errorf("antispoof: listing chains: %w", err)
 	}
 	for _, spec := range layout {
-		i := slices.IndexFunc(chains, func(ch *nftables.Chain) bool { return ch.Table.Name == TableName && ch.Name == spec.name })
+		i := slices.IndexFunc(chains, func(ch *nftables.Chain) bool { return ch.Table.Name == c.tb.Name && ch.Name == spec.name })
 		if i < 0 {
 			problems = append(problems, "chain "+spec.name+" missing")
 			continue
 		}
-		if p := chainProblem(chains[i], chain(spec.name)); p != "" {
+		if p := chainProblem(chains[i], chain(c.tb, spec.name)); p != "" {
 			problems = append(problems, "chain "+spec.name+" "+p)
 		}
-		rules, err := c.GetRules(table, chains[i])
+		rules, err := c.GetRules(c.tb, chains[i])
 		if err != nil {
 			return fmt.Errorf("antispoof: listing rules of %s: %w", spec.name, err)
 		}

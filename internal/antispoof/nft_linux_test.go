@@ -339,3 +339,47 @@ func TestPortValidate(t *testing.T) {
 }
 
 func acceptAll() []expr.Any { return []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}} }
+
+// TestTablesOfTwoNetworks: each vmlane network (bridge) has a table of its
+// own. A port in one table passes the other's chains, so the attacks from
+// pod a are stopped and its own traffic passes exactly as with one table;
+// and a Sync of one table, which removes every port its network no longer
+// has, leaves the other table's ports alone.
+func TestTablesOfTwoNetworks(t *testing.T) {
+	l := newLAN(t)
+	other := antispoof.Table{NetNS: l.node.Path, Name: antispoof.TableName + "-br1"}
+	if err := l.table.Add(l.portA); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Add(l.portB); err != nil {
+		t.Fatal(err)
+	}
+	got := l.run(t)
+	for _, a := range attacks(l) {
+		if got[a.name] == a.stopped {
+			t.Errorf("with a's port in one table and b's in another, %q arrived=%v, want %v", a.name, got[a.name], !a.stopped)
+		}
+	}
+	listed, err := other.Ports()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Sync(nil, listed); err != nil {
+		t.Fatal(err)
+	}
+	if ps, err := other.Ports(); err != nil || len(ps) != 0 {
+		t.Errorf("%s after a Sync to no ports: %v, %v", other.Name, ps, err)
+	}
+	if ps, err := l.table.Ports(); err != nil || len(ps) != 1 || ps[0].Name != l.portA.Name {
+		t.Errorf("%s after the other table's Sync: %v, %v; want %s alone", antispoof.TableName, ps, err, l.portA.Name)
+	}
+	if err := l.table.Verify(); err != nil {
+		t.Errorf("Verify %s: %v", antispoof.TableName, err)
+	}
+	if err := other.Delete(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.table.Verify(); err != nil {
+		t.Errorf("Verify %s after deleting %s: %v", antispoof.TableName, other.Name, err)
+	}
+}
