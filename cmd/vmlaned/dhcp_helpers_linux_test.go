@@ -122,6 +122,33 @@ func (d *standalone) cniAdd(t *testing.T, pod *netnstest.NS, containerID, podNam
 // IP is the attachment's IPv6 address.
 func (d *standalone) cniAddResult(t *testing.T, pod *netnstest.NS, containerID, podName string) *current.Result {
 	t.Helper()
+	return d.cniAddIf(t, pod, containerID, podName, "eth0")
+}
+
+// cniAddIf is cniAddResult with the pod interface named ifName.
+func (d *standalone) cniAddIf(t *testing.T, pod *netnstest.NS, containerID, podName, ifName string) *current.Result {
+	t.Helper()
+	out := d.cni(t, "ADD", pod, containerID, podName, ifName)
+	var res current.Result
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("CNI result: %v\n%s", err, out)
+	}
+	if len(res.IPs) == 0 || res.IPs[0].Interface == nil {
+		t.Fatalf("CNI result without an IP on an interface: %s", out)
+	}
+	return &res
+}
+
+// cniDel is the runtime's DEL of an attachment cniAddIf made.
+func (d *standalone) cniDel(t *testing.T, pod *netnstest.NS, containerID, ifName string) {
+	t.Helper()
+	d.cni(t, "DEL", pod, containerID, "", ifName)
+}
+
+// cni runs the plugin with vmlaned's VM conflist, as a runtime runs it,
+// and returns its stdout.
+func (d *standalone) cni(t *testing.T, command string, pod *netnstest.NS, containerID, podName, ifName string) []byte {
+	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(d.confDir, VMConflistName))
 	if err != nil {
 		t.Fatal(err)
@@ -135,24 +162,17 @@ func (d *standalone) cniAddResult(t *testing.T, pod *netnstest.NS, containerID, 
 		t.Fatal(err)
 	}
 	conf := strings.Replace(string(list.Plugins[0]), "{", `{"cniVersion":"`+list.CNIVersion+`","name":"`+list.Name+`",`, 1)
-	add := d.node.Command(filepath.Join(d.bin, "vmlane"))
-	add.Env = append(os.Environ(), "CNI_COMMAND=ADD", "CNI_CONTAINERID="+containerID, "CNI_NETNS="+pod.Path, "CNI_IFNAME=eth0",
+	run := d.node.Command(filepath.Join(d.bin, "vmlane"))
+	run.Env = append(os.Environ(), "CNI_COMMAND="+command, "CNI_CONTAINERID="+containerID, "CNI_NETNS="+pod.Path, "CNI_IFNAME="+ifName,
 		"CNI_PATH="+d.bin, "CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME="+podName)
-	add.Stdin = strings.NewReader(conf)
+	run.Stdin = strings.NewReader(conf)
 	var stderr strings.Builder
-	add.Stderr = &stderr
-	out, err := add.Output()
+	run.Stderr = &stderr
+	out, err := run.Output()
 	if err != nil {
-		t.Fatalf("CNI ADD: %v\n%s%s", err, out, stderr.String())
+		t.Fatalf("CNI %s: %v\n%s%s", command, err, out, stderr.String())
 	}
-	var res current.Result
-	if err := json.Unmarshal(out, &res); err != nil {
-		t.Fatalf("CNI result: %v\n%s", err, out)
-	}
-	if len(res.IPs) == 0 || res.IPs[0].Interface == nil {
-		t.Fatalf("CNI result without an IP on an interface: %s", out)
-	}
-	return &res
+	return out
 }
 
 // bridgePort makes a namespace whose eth0, with MAC mac, is a port of the

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -45,6 +46,11 @@ type Config struct {
 	// MAC is the guest NIC's address. Empty picks a random locally
 	// administered one; [VM.Config] reports it.
 	MAC string
+	// More are more NICs, each on its TAP in NetNS, which the guest
+	// configures by DHCP after the first (ModeDHCP only): a VM with a
+	// NIC on each of several networks. Result.Nets and Result.Leases
+	// report them.
+	More []NIC
 	// Mode is ModeStatic (the default) or ModeDHCP.
 	Mode Mode
 	// IPv6, with ModeDHCP, also gets an IPv6 address by DHCPv6 (busybox
@@ -76,6 +82,12 @@ type Config struct {
 	Timeout time.Duration
 	// Memory is QEMU's -m argument (default 128M).
 	Memory string
+}
+
+// NIC is one of Config.More: the TAP it is attached to and its MAC (empty
+// picks a random one).
+type NIC struct {
+	Tap, MAC string
 }
 
 // withDefaults returns c with zero fields filled in and checks it. Every
@@ -112,6 +124,29 @@ func (c Config) withDefaults() (Config, error) {
 		errs = append(errs, fmt.Errorf("bad mac %q", c.MAC))
 	} else {
 		c.MAC = hw.String() // lower case, as the guest's sysfs spells it
+	}
+	c.More = slices.Clone(c.More)
+	for i, n := range c.More {
+		if c.Mode != ModeDHCP {
+			errs = append(errs, fmt.Errorf("more NICs need dhcp mode, got %q", c.Mode))
+			break
+		}
+		if n.MAC == "" {
+			mac, err := randomMAC()
+			if err != nil {
+				return c, err
+			}
+			n.MAC = mac
+		}
+		if n.Tap == "" || strings.ContainsAny(n.Tap, ", /=") || len(n.Tap) >= 16 {
+			errs = append(errs, fmt.Errorf("bad tap device name %q", n.Tap))
+		}
+		if hw, err := net.ParseMAC(n.MAC); err != nil || len(hw) != 6 {
+			errs = append(errs, fmt.Errorf("bad mac %q", n.MAC))
+		} else {
+			n.MAC = hw.String()
+		}
+		c.More[i] = n
 	}
 	switch c.Mode {
 	case ModeStatic:
@@ -217,6 +252,13 @@ func (c Config) kernelCmdline() string {
 	if len(c.Fetch) > 0 {
 		args = append(args, "vmlane.fetch="+strings.Join(c.Fetch, ","))
 	}
+	if len(c.More) > 0 {
+		macs := make([]string, len(c.More))
+		for i, n := range c.More {
+			macs[i] = n.MAC
+		}
+		args = append(args, "vmlane.more="+strings.Join(macs, ","))
+	}
 	return strings.Join(args, " ")
 }
 
@@ -255,10 +297,15 @@ func (g Guest) command(c Config) []string {
 		"-netdev", "tap,id=n0,ifname="+c.Tap+",script=no,downscript=no,vhost=off",
 		// romfile= skips the iPXE option ROM: nothing boots from the network.
 		"-device", "virtio-net-pci,netdev=n0,mac="+c.MAC+",romfile=",
-		// Power-off and reboot (and, with panic=-1, a panic) end QEMU.
-		"-no-reboot",
 	)
-	return argv
+	for i, n := range c.More {
+		id := "n" + strconv.Itoa(i+1)
+		argv = append(argv,
+			"-netdev", "tap,id="+id+",ifname="+n.Tap+",script=no,downscript=no,vhost=off",
+			"-device", "virtio-net-pci,netdev="+id+",mac="+n.MAC+",romfile=")
+	}
+	// Power-off and reboot (and, with panic=-1, a panic) end QEMU.
+	return append(argv, "-no-reboot")
 }
 
 // Command returns the argv that runs the guest for c, as [Guest.Start]

@@ -161,3 +161,28 @@ func TestFind(t *testing.T) {
 		t.Errorf("Find() with vmlinux = %+v, %v; want the ELF kernel %+v", g, err, want)
 	}
 }
+
+func TestConfigMoreNICs(t *testing.T) {
+	c, err := Config{Tap: "tap1", MAC: "52:54:00:00:00:01", Mode: ModeDHCP, More: []NIC{{Tap: "tap2", MAC: "52:54:00:00:00:0A"}}}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := strings.Join(Guest{Kernel: "k", Initrd: "i"}.command(c), " ")
+	for _, want := range []string{
+		"-netdev tap,id=n0,ifname=tap1,", "-netdev tap,id=n1,ifname=tap2,script=no,downscript=no,vhost=off",
+		"-device virtio-net-pci,netdev=n1,mac=52:54:00:00:00:0a,romfile=", "vmlane.more=52:54:00:00:00:0a",
+	} {
+		if !strings.Contains(argv, want) {
+			t.Errorf("command %q lacks %q", argv, want)
+		}
+	}
+	for _, bad := range []Config{
+		{Tap: "tap1", IP: "10.0.0.2/24", More: []NIC{{Tap: "tap2"}}},
+		{Tap: "tap1", Mode: ModeDHCP, More: []NIC{{Tap: "tap2,vhost=on"}}},
+		{Tap: "tap1", Mode: ModeDHCP, More: []NIC{{Tap: "tap2", MAC: "52:54"}}},
+	} {
+		if _, err := bad.withDefaults(); err == nil {
+			t.Errorf("accepted %+v", bad.More)
+		}
+	}
+}

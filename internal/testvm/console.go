@@ -79,10 +79,14 @@ func (e event) String() string {
 
 // Result is what the guest reported on its console.
 type Result struct {
-	// Net is the NIC as configured (VMLANE-NET), nil if never reported.
-	Net *NetInfo
-	// DHCP is the last lease udhcpc bound or renewed, nil if none.
-	DHCP *Lease
+	// Net is the NIC as configured (VMLANE-NET), nil if never reported;
+	// Nets are every NIC's report, Config.More's after it.
+	Net  *NetInfo
+	Nets []*NetInfo
+	// DHCP is the last lease udhcpc bound or renewed, nil if none;
+	// Leases is the last of each NIC, by its name in the guest.
+	DHCP   *Lease
+	Leases map[string]*Lease
 	// DHCPEvents lists udhcpc's events in order: deconfig, bound, renew,
 	// nak, leasefail.
 	DHCPEvents []string
@@ -142,6 +146,7 @@ type Lease6 struct {
 // Lease is a VMLANE-DHCP bound or renew report: the options udhcpc got.
 // Zero values mean the server did not send the option.
 type Lease struct {
+	Iface    string // the guest's NIC
 	IP       netip.Addr
 	Bits     int // prefix length from option 1
 	Routers  []netip.Addr
@@ -214,7 +219,12 @@ func (r *Result) apply(ev event, at time.Duration) {
 	var err error
 	switch ev.kind {
 	case kindNet:
-		r.Net, err = parseNet(ev)
+		var n *NetInfo
+		n, err = parseNet(ev)
+		if r.Net == nil {
+			r.Net = n
+		}
+		r.Nets = append(r.Nets, n)
 	case kindReady:
 		r.Ready, r.ReadyAfter = true, at
 	case kindDHCP:
@@ -222,6 +232,10 @@ func (r *Result) apply(ev event, at time.Duration) {
 		r.DHCPEvents = append(r.DHCPEvents, name)
 		if name == "bound" || name == "renew" {
 			r.DHCP, err = parseLease(ev)
+			if r.Leases == nil {
+				r.Leases = map[string]*Lease{}
+			}
+			r.Leases[r.DHCP.Iface] = r.DHCP
 		}
 	case kindNet6:
 		r.Net6, err = parseNet6(ev)
@@ -290,7 +304,7 @@ func parseLease6(ev event) (*Lease6, error) {
 
 func parseLease(ev event) (*Lease, error) {
 	f := ev.fields
-	l := &Lease{Domain: f["domain"], Hostname: f["hostname"]}
+	l := &Lease{Iface: f["iface"], Domain: f["domain"], Hostname: f["hostname"]}
 	var errs []error
 	collect := func(err error) {
 		if err != nil {

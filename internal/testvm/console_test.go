@@ -161,6 +161,22 @@ func TestResultApply(t *testing.T) {
 			},
 		},
 		{
+			name: "two NICs",
+			lines: []string{
+				"VMLANE-DHCP event=bound iface=eth0 ip=10.1.0.5 mask=24 router=10.1.0.1",
+				"VMLANE-NET iface=eth0 mac=52:54:00:00:00:01 ip=10.1.0.5/24 gw=10.1.0.1 mode=dhcp",
+				"VMLANE-DHCP event=bound iface=eth1 ip=10.2.0.7 mask=24 router=10.2.0.1",
+				"VMLANE-NET iface=eth1 mac=52:54:00:00:00:02 ip=10.2.0.7/24 gw=10.2.0.1 mode=dhcp",
+			},
+			want: func() Result {
+				l0 := &Lease{Iface: "eth0", IP: netip.MustParseAddr("10.1.0.5"), Bits: 24, Routers: []netip.Addr{netip.MustParseAddr("10.1.0.1")}}
+				l1 := &Lease{Iface: "eth1", IP: netip.MustParseAddr("10.2.0.7"), Bits: 24, Routers: []netip.Addr{netip.MustParseAddr("10.2.0.1")}}
+				n0 := &NetInfo{Iface: "eth0", MAC: "52:54:00:00:00:01", Addrs: []netip.Prefix{netip.MustParsePrefix("10.1.0.5/24")}, Gateway: netip.MustParseAddr("10.1.0.1"), Mode: ModeDHCP}
+				n1 := &NetInfo{Iface: "eth1", MAC: "52:54:00:00:00:02", Addrs: []netip.Prefix{netip.MustParsePrefix("10.2.0.7/24")}, Gateway: netip.MustParseAddr("10.2.0.1"), Mode: ModeDHCP}
+				return Result{Net: n0, Nets: []*NetInfo{n0, n1}, DHCP: l1, Leases: map[string]*Lease{"eth0": l0, "eth1": l1}, DHCPEvents: []string{"bound", "bound"}}
+			}(),
+		},
+		{
 			name: "unparsable reports become errors",
 			lines: []string{
 				"VMLANE-PING target=10.0.0.1 maybe",
@@ -191,6 +207,13 @@ func TestResultApply(t *testing.T) {
 				} else {
 					t.Fatalf("parseLine(%q) found no report", line)
 				}
+			}
+			// One NIC: Nets and Leases hold Net and DHCP.
+			if tt.want.Nets == nil && tt.want.Net != nil {
+				tt.want.Nets = []*NetInfo{tt.want.Net}
+			}
+			if tt.want.Leases == nil && tt.want.DHCP != nil {
+				tt.want.Leases = map[string]*Lease{tt.want.DHCP.Iface: tt.want.DHCP}
 			}
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("result:\n got %s\nwant %s", dump(got), dump(tt.want))

@@ -186,6 +186,10 @@ opt staticroutes 0.0.0.0/0 10.99.0.1 10.98.0.0/16 10.99.0.1
 		t.Errorf("leased ip %v, want one of 10.99.0.50-59", got.IP)
 	}
 	got.IP = netip.Addr{}
+	if res.Net != nil && got.Iface != res.Net.Iface {
+		t.Errorf("lease on %q, the NIC is %q", got.Iface, res.Net.Iface)
+	}
+	got.Iface = ""
 	want := Lease{
 		Bits:     24,
 		Routers:  []netip.Addr{netip.MustParseAddr("10.99.0.254")},
