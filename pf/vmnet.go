@@ -26,6 +26,10 @@ type vmnetState struct {
 	Set      *SharedNet `json:"set,omitempty"`
 	// NetworkFile is the network description vmlaned wrote.
 	NetworkFile string `json:"networkFile,omitempty"`
+	// BootpdPlist is the bootpd plist vmlaned set
+	// dhcp_ignore_client_identifier in, BootpdPrevious the key before.
+	BootpdPlist    string    `json:"bootpdPlist,omitempty"`
+	BootpdPrevious *Previous `json:"bootpdPrevious,omitempty"`
 }
 
 func saveVmnetState(path string, st vmnetState) error {
@@ -131,7 +135,9 @@ func WriteNetworkFile(path, statePath string, n Network) (bool, error) {
 // plist gets back the Shared_Net_* values it had before vmlane (keys that
 // were absent are removed again), unless someone has changed them since
 // vmlane wrote them, in which case the file is left alone and the line
-// says so; the network description is removed; then the state file. It
+// says so; bootpd's plist gets back its dhcp_ignore_client_identifier on
+// the same terms; the network description is removed; then the state
+// file. It
 // returns one line per thing it did or left.
 func RestoreVmnet(statePath string) ([]string, error) {
 	st, err := readState[vmnetState](statePath, "vmnet")
@@ -142,6 +148,14 @@ func RestoreVmnet(statePath string) ([]string, error) {
 	var errs []error
 	if st.Plist != "" && st.Previous != nil && st.Set != nil {
 		line, err := restorePlist(st.Plist, *st.Previous, *st.Set)
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			done = append(done, line)
+		}
+	}
+	if st.BootpdPlist != "" && st.BootpdPrevious != nil {
+		line, err := restoreBootpd(st.BootpdPlist, *st.BootpdPrevious)
 		if err != nil {
 			errs = append(errs, err)
 		} else {

@@ -18,7 +18,8 @@ import (
 // (pf.json; pf stays enabled if anyone else holds a reference, and the
 // main ruleset is never touched), and its vmnet configuration (vmnet.json):
 // the plist's Shared_Net_Address and Shared_Net_Mask get back the values
-// they had before vmlane (unless someone has changed them since), and the
+// they had before vmlane (unless someone has changed them since), bootpd's
+// plist its dhcp_ignore_client_identifier on the same terms, and the
 // network description for macOS 26 is removed. vmnet picks the restored
 // plist up when its shared network next starts. --cni-conf-dir and
 // --bridge are Linux flags and mean nothing here; bootpd's leases are
@@ -26,7 +27,7 @@ import (
 func teardown(w io.Writer, o teardownOpts) error {
 	if o.dryRun {
 		fmt.Fprintf(w, "would remove: the routes listed in %s, the rules of the pf anchor named in %s (default %s) and vmlane's pf enable reference, "+
-			"and vmlane's vmnet changes recorded in %s (restoring vmnet's plist values, removing the network description)\n",
+			"and vmlane's vmnet changes recorded in %s (restoring vmnet's plist values and bootpd's dhcp_ignore_client_identifier, removing the network description)\n",
 			routes.DefaultBSDStatePath, pf.DefaultStatePath, pf.DefaultAnchor, pf.DefaultVmnetStatePath)
 		return nil
 	}

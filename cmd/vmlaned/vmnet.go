@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os/exec"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,6 +37,8 @@ type vmnet struct {
 	statePath string
 	ifaces    func() []pf.Iface
 	sharedNAT func() pf.SharedNAT
+	// run runs pkill to send bootpd SIGHUP (command.Exec when nil).
+	run command.Runner
 	// natUnknown is whether the last read of the anchor failed, so that
 	// the failure is logged once, not every resync.
 	natUnknown bool
@@ -52,8 +55,44 @@ func (v *vmnet) configure(subnet netip.Prefix) error {
 			return err
 		}
 	}
-	_, err := v.applyPlist(subnet)
-	return err
+	if _, err := v.applyPlist(subnet); err != nil {
+		return err
+	}
+	v.applyBootpd()
+	return nil
+}
+
+// applyBootpd sets dhcp_ignore_client_identifier in bootpd's plist,
+// unless --bootpd-ignore-client-id=false, and sends bootpd SIGHUP to read
+// it when it wrote. InternetSharing writes the plist again whenever it
+// starts the shared network, so the watch calls it every resync. A
+// failure is logged: leases are then found by MAC only for guests that
+// send their MAC as the client identifier (the README's macOS section).
+func (v *vmnet) applyBootpd() {
+	if v.c.BootpdKeepClientID {
+		return
+	}
+	changed, err := pf.ApplyBootpdPlist(v.c.BootpdPlist, v.state())
+	if err != nil {
+		v.log.Error("setting "+pf.KeyIgnoreClientID+" in bootpd's plist: guests that send a DUID as their client identifier are not found by MAC", "plist", v.c.BootpdPlist, "err", err)
+		return
+	}
+	if !changed {
+		return
+	}
+	v.m.writes.WithLabelValues("bootpd").Inc()
+	run := v.run
+	if run == nil {
+		run = command.Exec{}
+	}
+	// pkill exits 1 when no bootpd runs: launchd starts it when a
+	// guest next asks, and it reads the plist then.
+	out, err := run.Run("", "pkill", "-HUP", "-x", "bootpd")
+	var exit *exec.ExitError
+	if err != nil && !(errors.As(err, &exit) && exit.ExitCode() == 1) {
+		v.log.Warn("sending bootpd SIGHUP: it reads the plist when it next starts", "err", err, "output", out)
+	}
+	v.log.Info("set "+pf.KeyIgnoreClientID+" in bootpd's plist, so that leases are keyed on the guest's MAC", "plist", v.c.BootpdPlist)
 }
 
 // applyPlist writes the subnet into vmnet's plist when the plist says
@@ -137,6 +176,7 @@ func (v *vmnet) watch(ctx context.Context, podCIDR netip.Prefix, report func(st 
 		if readNAT == nil {
 			readNAT = v.readSharedNAT
 		}
+		v.applyBootpd()
 		st := pf.CheckBridge(ifaces(), podCIDR, readNAT())
 		v.m.set(st)
 		if st.State == pf.BridgeMismatch {
@@ -214,7 +254,7 @@ func newVmnetMetrics(reg prometheus.Registerer) *vmnetMetrics {
 	m := &vmnetMetrics{
 		mismatch: prometheus.NewGauge(prometheus.GaugeOpts{Name: "vmlane_vmnet_subnet_mismatch", Help: "1 while vmnet's shared network is up on a subnet other than the node's podCIDR."}),
 		up:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "vmlane_vmnet_bridge_up", Help: "1 while vmnet's shared network has a bridge with an IPv4 address (host-only networks do not count)."}),
-		writes:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vmlane_vmnet_config_writes_total", Help: "Writes of vmnet's configuration, by file (plist, network-file)."}, []string{"file"}),
+		writes:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vmlane_vmnet_config_writes_total", Help: "Writes of vmnet's configuration, by file (plist, network-file, bootpd)."}, []string{"file"}),
 	}
 	reg.MustRegister(m.mismatch, m.up, m.writes)
 	return m

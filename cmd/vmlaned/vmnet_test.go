@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,6 +27,7 @@ func testVmnet(t *testing.T, mode pf.VmnetMode, ifaces []pf.Iface) (*vmnet, *pro
 	c := &config{
 		VmnetPlist: filepath.Join(dir, "com.apple.vmnet.plist"), VmnetNetworkFile: filepath.Join(dir, "vmnet-network.json"),
 		LeaseFile: filepath.Join(dir, "leases.json"), Resync: time.Hour, MTU: 1500,
+		BootpdPlist: filepath.Join(dir, "bootpd.plist"),
 	}
 	reg := prometheus.NewRegistry()
 	v := &vmnet{c: c, mode: mode, log: slog.New(slog.NewTextHandler(io.Discard, nil)), m: newVmnetMetrics(reg),
@@ -135,6 +138,11 @@ func TestVmnetConfigureOn26WritesBoth(t *testing.T) {
 
 // plistWrites is vmlane_vmnet_config_writes_total{file="plist"}.
 func plistWrites(t *testing.T, reg *prometheus.Registry) float64 {
+	return configWrites(t, reg, "plist")
+}
+
+// configWrites is vmlane_vmnet_config_writes_total of file.
+func configWrites(t *testing.T, reg *prometheus.Registry, file string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -146,11 +154,68 @@ func plistWrites(t *testing.T, reg *prometheus.Registry) float64 {
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "file" && l.GetValue() == "plist" {
+				if l.GetName() == "file" && l.GetValue() == file {
 					return m.GetCounter().GetValue()
 				}
 			}
 		}
 	}
 	return 0
+}
+
+// runs records the commands vmnet runs.
+type runs struct{ calls []string }
+
+func (r *runs) Run(_ string, argv ...string) (string, error) {
+	r.calls = append(r.calls, strings.Join(argv, " "))
+	return "", nil
+}
+
+// TestVmnetSetsBootpdIgnoreClientID: vmlaned sets the key in bootpd's
+// plist at start and sends bootpd SIGHUP; when InternetSharing writes the
+// plist again without it, the next resync sets it again; with
+// --bootpd-ignore-client-id=false the plist is never touched.
+func TestVmnetSetsBootpdIgnoreClientID(t *testing.T) {
+	pod := netip.MustParsePrefix("10.244.9.0/24")
+	sharing := []byte(`<?xml version="1.0" encoding="UTF-8"?>
+<plist version="1.0"><dict><key>bootp_enabled</key><false/><key>dhcp_enabled</key><array><string>bridge100</string></array></dict></plist>
+`)
+	v, reg := testVmnet(t, pf.ModePlist, nil)
+	r := &runs{}
+	v.run = r
+	os.WriteFile(v.c.BootpdPlist, sharing, 0o644)
+	if err := v.configure(pod); err != nil {
+		t.Fatal(err)
+	}
+	ignoring := func() bool {
+		data, _ := os.ReadFile(v.c.BootpdPlist)
+		on, _, err := pf.ReadIgnoreClientID(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return on
+	}
+	if !ignoring() || !slices.Equal(r.calls, []string{"pkill -HUP -x bootpd"}) {
+		t.Fatalf("after start: key set %v, commands %q", ignoring(), r.calls)
+	}
+	os.WriteFile(v.c.BootpdPlist, sharing, 0o644) // InternetSharing again
+	ctx, cancel := context.WithCancel(context.Background())
+	v.watch(ctx, pod, func(pf.BridgeStatus, string, bool) { cancel() })
+	if !ignoring() || len(r.calls) != 2 {
+		t.Errorf("after a resync: key set %v, commands %q", ignoring(), r.calls)
+	}
+	if n := configWrites(t, reg, "bootpd"); n != 2 {
+		t.Errorf("bootpd writes = %v, want 2", n)
+	}
+
+	keep, _ := testVmnet(t, pf.ModePlist, nil)
+	keep.c.BootpdKeepClientID = true
+	keep.run = r
+	os.WriteFile(keep.c.BootpdPlist, sharing, 0o644)
+	if err := keep.configure(pod); err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := os.ReadFile(keep.c.BootpdPlist); string(data) != string(sharing) || len(r.calls) != 2 {
+		t.Errorf("--bootpd-ignore-client-id=false changed the plist or signalled bootpd: %q", r.calls)
+	}
 }

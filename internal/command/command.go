@@ -35,6 +35,7 @@ var MacTools = map[string]string{
 	"pfctl":  "/sbin/pfctl",
 	"route":  "/sbin/route",
 	"sysctl": "/usr/sbin/sysctl",
+	"pkill":  "/usr/bin/pkill",
 }
 
 // ErrUnknownTool is returned for a tool Exec does not know.
