@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -39,7 +40,9 @@ const maxBootpdLine = 4096
 // one: a VM runtime finds those guests by other means (the README says which
 // guests must send their MAC as the identifier). lease is the absolute
 // expiry in Unix seconds, in hex. Every entry comes back as a bound DHCP
-// lease, in file order.
+// lease, in file order; one without a MAC (ByIP finds it, ByMAC never)
+// is logged at debug level (log/slog's default logger), and FindIP falls
+// back to the ARP table for it.
 func ParseBootpd(r io.Reader) ([]Lease, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 256), maxBootpdLine)
@@ -48,6 +51,7 @@ func ParseBootpd(r io.Reader) ([]Lease, error) {
 		cur     *Lease
 		start   int
 		lineNum int
+		hw      string // the entry's hw_address, for the debug line
 	)
 	for sc.Scan() {
 		lineNum++
@@ -59,7 +63,7 @@ func ParseBootpd(r io.Reader) ([]Lease, error) {
 			if cur != nil {
 				return nil, fmt.Errorf("line %d: \"{\" inside the entry opened at line %d", lineNum, start)
 			}
-			cur, start = &Lease{State: StateBound, Source: SourceDHCP}, lineNum
+			cur, start, hw = &Lease{State: StateBound, Source: SourceDHCP}, lineNum, ""
 			continue
 		case line == "}":
 			if cur == nil {
@@ -67,6 +71,10 @@ func ParseBootpd(r io.Reader) ([]Lease, error) {
 			}
 			if !cur.IP.IsValid() {
 				return nil, fmt.Errorf("entry at line %d has no ip_address", start)
+			}
+			if cur.MAC == "" {
+				slog.Debug("bootpd lease without a MAC: its client identifier is neither a MAC nor the DUID-LL or DUID-LLT of an Ethernet link, so no lookup by MAC finds it",
+					"ip", cur.IP, "name", cur.Hostname, "hw_address", hw, "line", start)
 			}
 			out = append(out, *cur)
 			cur = nil
@@ -77,6 +85,9 @@ func ParseBootpd(r io.Reader) ([]Lease, error) {
 		key, val, ok := strings.Cut(line, "=")
 		if !ok {
 			return nil, fmt.Errorf("line %d: %q is not key=value", lineNum, line)
+		}
+		if key == "hw_address" {
+			hw = val
 		}
 		if err := setBootpdField(cur, key, val); err != nil {
 			return nil, fmt.Errorf("line %d: %w", lineNum, err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -255,6 +256,25 @@ func TestWaitHonoursContext(t *testing.T) {
 	}
 }
 
+// TestParseBootpdLogsRecordsWithoutMAC: each record left without a MAC
+// gets one debug line naming it and its hw_address; the others none.
+func TestParseBootpdLogsRecordsWithoutMAC(t *testing.T) {
+	var buf bytes.Buffer
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	t.Cleanup(func() { slog.SetDefault(old) })
+	parseBootpdFile(t, "testdata/dhcpd_leases-macos15")
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	for _, name := range []string{"systemd-duid-en", "duid-ll-not-ethernet", "duid-ll-short", "not-hex"} {
+		if n := strings.Count(buf.String(), "name="+name+" "); n != 1 {
+			t.Errorf("%d debug lines for %s, want 1:\n%s", n, name, buf.String())
+		}
+	}
+	if len(lines) != 4 || !strings.Contains(lines[0], "level=DEBUG") || !strings.Contains(lines[0], "hw_address=ff,") {
+		t.Errorf("debug lines:\n%s", buf.String())
+	}
+}
+
 // TestParseBootpdClientIDs: records in the shapes macOS 15's bootpd writes
 // for guests that send an RFC 4361 client identifier (vfkit#242,
 // lima#3123): the MAC of a DUID-LL or DUID-LLT of an Ethernet link is
@@ -279,6 +299,16 @@ func TestParseBootpdClientIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.now = time.Unix(0x6a3a2f40-60, 0)
+	for _, l := range got {
+		if l.MAC == "" {
+			if m, ok := s.ByMAC(""); ok {
+				t.Errorf("ByMAC(\"\") found %+v", m)
+			}
+			if b, ok := s.ByIP(l.IP); !ok || b.Hostname != l.Hostname {
+				t.Errorf("ByIP(%s) of %s = %+v, %v", l.IP, l.Hostname, b, ok)
+			}
+		}
+	}
 	if l, ok := s.ByMAC("52:55:55:BA:82:85"); !ok || l.IP.String() != "192.168.64.10" {
 		t.Errorf("ByMAC of a DUID-LL guest = %+v %v", l, ok)
 	}
