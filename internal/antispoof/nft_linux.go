@@ -17,7 +17,8 @@ type Table struct {
 	// NetNS is the path of the network namespace; empty is the
 	// caller's own.
 	NetNS string
-	// Name is the table's name (TableFor); empty is TableName.
+	// Name is the table's name (plugin.AntiSpoofTable names the table
+	// of a bridge); empty is TableName.
 	Name string
 }
 
