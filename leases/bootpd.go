@@ -37,7 +37,7 @@ const maxBootpdLine = 4096
 // IAID, then a DUID; systemd-networkd's default, and cloud images'): the
 // MAC is then taken out of a DUID-LL or DUID-LLT of an Ethernet link, and
 // any other DUID (systemd's DUID-EN, a DUID-UUID) leaves the entry without
-// one: a VM runtime finds those guests by other means (the README says which
+// one: a VM runtime finds those guests by other means (docs/macos.md says which
 // guests must send their MAC as the identifier). lease is the absolute
 // expiry in Unix seconds, in hex. Every entry comes back as a bound DHCP
 // lease, in file order; one without a MAC (ByIP finds it, ByMAC never)

@@ -105,7 +105,7 @@ func (c *Config) release(key leases.Key, log *slog.Logger) (leases.Lease, bool, 
 	}
 	switch {
 	case errors.Is(err, leases.ErrCorrupt):
-		log.Error("lease file unreadable: the lease stays on record; see `vmlanectl leases` in the README's troubleshooting", "err", err)
+		log.Error("lease file unreadable: the lease stays on record; see docs/troubleshooting.md", "err", err)
 		return leases.Lease{}, false, nil
 	case err != nil:
 		return leases.Lease{}, false, storeError(err)

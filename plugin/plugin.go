@@ -448,7 +448,7 @@ func guard(dp dataplane, table, hostIf string, l leases.Lease) error {
 	}
 	err = dp.Guard(table, antispoof.Port{Name: hostIf, MAC: mac, IP: l.IP, IP6: l.IP6})
 	if errors.Is(err, antispoof.ErrNoKernelSupport) {
-		return configError("antiSpoof", true, err.Error()+`; the node's kernel needs nf_tables with the bridge family (CONFIG_NF_TABLES_BRIDGE), or set "antiSpoof": false (see the README's security model)`)
+		return configError("antiSpoof", true, err.Error()+`; the node's kernel needs nf_tables with the bridge family (CONFIG_NF_TABLES_BRIDGE), or set "antiSpoof": false (see docs/security.md)`)
 	}
 	if err != nil {
 		return fmt.Errorf("anti-spoofing for %s: %w", hostIf, err)

@@ -263,7 +263,7 @@ func noPodCIDRsMessage(node string, vmNodesOnly bool) string {
 	if vmNodesOnly {
 		return fmt.Sprintf("node %s is labelled %s=true but has no podCIDRs: no route to it; a VM node needs podCIDRs from node IPAM (kube-controller-manager --allocate-node-cidrs)", node, VMNodeLabel)
 	}
-	return fmt.Sprintf("node %s has no podCIDRs: its CNI gives pods addresses from its own IPAM (Calico IPAM, Cilium cluster-pool), which vmlane cannot route to; use an IPAM mode that follows Node podCIDRs (README: Hybrid clusters)", node)
+	return fmt.Sprintf("node %s has no podCIDRs: its CNI gives pods addresses from its own IPAM (Calico IPAM, Cilium cluster-pool), which vmlane cannot route to; use an IPAM mode that follows Node podCIDRs (docs/hybrid.md)", node)
 }
 
 // logGateways logs the Service gateways when they change.

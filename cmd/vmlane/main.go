@@ -1,6 +1,6 @@
 // Command vmlane is the vmlane CNI plugin (network config "type": "vmlane").
 // The CRI runtime runs it with the CNI_* environment and the network config
-// on stdin; see package plugin and the README's CNI configuration reference.
+// on stdin; see package plugin and docs/configuration.md.
 package main
 
 import (

@@ -47,7 +47,7 @@ type vmnet struct {
 // configure tells vmnet the subnet: its plist, and on macOS 26 and later
 // the network description for VM runtimes as well. The plist keys were
 // reported to work still on 26.4, and no runtime reads the description yet
-// (the README's macOS section), so 26 gets both while that is
+// (docs/macos.md), so 26 gets both while that is
 // unsettled.
 func (v *vmnet) configure(subnet netip.Prefix) error {
 	if v.mode == pf.ModeNetworkAPI {
@@ -67,7 +67,7 @@ func (v *vmnet) configure(subnet netip.Prefix) error {
 // it when it wrote. InternetSharing writes the plist again whenever it
 // starts the shared network, so the watch calls it every resync. A
 // failure is logged: leases are then found by MAC only for guests that
-// send their MAC as the client identifier (the README's macOS section).
+// send their MAC as the client identifier (docs/macos.md).
 func (v *vmnet) applyBootpd() {
 	if v.c.BootpdKeepClientID {
 		return

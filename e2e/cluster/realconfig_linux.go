@@ -8,7 +8,7 @@ import (
 // VMRuntimeClass is the RuntimeClass (and the containerd runtime handler
 // of the same name) that runs VM pods: runc, like the default, but its
 // pods get their network from the VM conflist, which vmlaned writes into
-// VMConfDir. The README documents the same containerd settings.
+// VMConfDir. docs/runtimes.md documents the same containerd settings.
 const (
 	VMRuntimeClass = "vmlane-vm"
 	VMConfDir      = "/etc/cni/vmlane-vm.d"

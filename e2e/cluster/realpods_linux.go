@@ -123,8 +123,8 @@ func (c *Cluster) GuestReport(name string) (testvm.Result, error) {
 // vmlane-vm RuntimeClass, so containerd attaches it with the VM conflist
 // (a TAP, tap0, joined to the pod's veth), whose container runs QEMU on
 // that TAP. The guest's NIC gets the MAC vmlane reserved the address for,
-// 02:76 and the four bytes of the pod IP (README, "For VM runtime
-// authors"); the guest then asks for its address by DHCP, pings the
+// 02:76 and the four bytes of the pod IP (docs/runtimes.md,
+// "For VM runtime authors"); the guest then asks for its address by DHCP, pings the
 // targets and stays up. QEMU and its libraries come from the node's /usr
 // (read-only), the kernel and initramfs from the guest build; the
 // container is privileged for /dev/net/tun, as a virt-launcher gets it

@@ -4,8 +4,7 @@
 // and kube-proxy on every node, vmlane installed only by `kubectl apply -k`
 // of the manifests (through e2e/overlay, which swaps in the image `make
 // image` built), and pods made with kubectl. It runs with `make e2e`
-// after the namespace suite (package e2e); README.md, "End-to-end tests",
-// says what each test shows.
+// after the namespace suite (package e2e); docs/e2e.md says what each test shows.
 package realnode
 
 import (

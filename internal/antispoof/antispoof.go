@@ -158,7 +158,7 @@ func portsFromAddrs(keys [][]byte) ([]Port, error) {
 }
 
 // ErrNoKernelSupport means the kernel has no nftables bridge family (no
-// nf_tables or nft_*_bridge support); the README's security model says
+// nf_tables or nft_*_bridge support); docs/security.md says
 // what the node needs.
 var ErrNoKernelSupport = errors.New("antispoof: the kernel has no nftables bridge family support")
 
