@@ -46,27 +46,27 @@ deps:
 
 ## guest: the QEMU test guest (Debian kernel + busybox initramfs), cached
 guest: deps
-	@bash internal/testvm/build-guest.sh $(CACHE)/guest
+	@bash internal/testing/testvm/build-guest.sh $(CACHE)/guest
 
 ## udhcpc6: a static busybox with udhcpc6 (Debian's has none) from Debian's busybox source package, cached
 udhcpc6:
-	@bash internal/testvm/build-udhcpc6.sh $(CACHE)/udhcpc6 >/dev/null
+	@bash internal/testing/testvm/build-udhcpc6.sh $(CACHE)/udhcpc6 >/dev/null
 
 ## controlplane: kube-apiserver and etcd built from the module proxy, cached
 controlplane:
-	@bash internal/controlplane/build.sh $(CACHE)/controlplane
+	@bash internal/testing/controlplane/build.sh $(CACHE)/controlplane
 
 ## realnode: containerd 2.x (module proxy) and Debian's containerd 1.6 for the real nodes, cached
 realnode: deps
-	@bash internal/realnode/build.sh $(CACHE)/realnode
+	@bash internal/testing/realnode/build.sh $(CACHE)/realnode
 
 ## flannel: flanneld built from the module proxy, for the hybrid suite, cached
 flannel:
-	@bash internal/realnode/build-flannel.sh $(CACHE)/flannel >/dev/null
+	@bash internal/testing/realnode/build-flannel.sh $(CACHE)/flannel >/dev/null
 
 ## image: the vmlane image, the pause and busybox test images, as tarballs in .cache/images (no Docker)
 image: deps build
-	@bash internal/imagebuild/build.sh $(CACHE)/images $(BIN)
+	@bash internal/tools/imagebuild/build.sh $(CACHE)/images $(BIN)
 
 ## test: everything CI runs: lint, unit + privileged tests, e2e, fuzz, darwin build
 test: deps udhcpc6 guest controlplane realnode flannel image cni-reference build lint unit e2e fuzz darwin
@@ -74,11 +74,11 @@ test: deps udhcpc6 guest controlplane realnode flannel image cni-reference build
 
 # The environment every privileged test and the demo find their inputs by.
 TEST_ENV = VMLANE_PRIVILEGED=require VMLANE_BIN_DIR=$(BIN) \
-	VMLANE_GUEST_DIR=$$(bash internal/testvm/build-guest.sh --print-dir $(CACHE)/guest) \
-	VMLANE_UDHCPC6=$$(bash internal/testvm/build-udhcpc6.sh --print-dir $(CACHE)/udhcpc6) \
-	VMLANE_CONTROLPLANE_DIR=$$(bash internal/controlplane/build.sh --print-dir $(CACHE)/controlplane) \
-	VMLANE_REALNODE_DIR=$$(bash internal/realnode/build.sh --print-dir $(CACHE)/realnode) \
-	VMLANE_FLANNEL_DIR=$$(bash internal/realnode/build-flannel.sh --print-dir $(CACHE)/flannel) \
+	VMLANE_GUEST_DIR=$$(bash internal/testing/testvm/build-guest.sh --print-dir $(CACHE)/guest) \
+	VMLANE_UDHCPC6=$$(bash internal/testing/testvm/build-udhcpc6.sh --print-dir $(CACHE)/udhcpc6) \
+	VMLANE_CONTROLPLANE_DIR=$$(bash internal/testing/controlplane/build.sh --print-dir $(CACHE)/controlplane) \
+	VMLANE_REALNODE_DIR=$$(bash internal/testing/realnode/build.sh --print-dir $(CACHE)/realnode) \
+	VMLANE_FLANNEL_DIR=$$(bash internal/testing/realnode/build-flannel.sh --print-dir $(CACHE)/flannel) \
 	VMLANE_IMAGE_DIR=$(CACHE)/images VMLANE_CNI_PLUGINS_DIR=$(CNI_PLUGINS_DIR)
 
 ## demo: a three-node cluster of real nodes, vmlane's DaemonSet, VM and plain pods made with kubectl, its account printed, torn down (KEEP=1 leaves it up)
@@ -89,7 +89,7 @@ demo: deps guest controlplane realnode image cni-reference build
 ## demo-hybrid: the hybrid cluster (flannel on two nodes with vmlane's routes-only DaemonSet, two VM nodes, one without kube-proxy), its routes and ping matrix, torn down (KEEP=1 leaves it up)
 demo-hybrid: deps guest controlplane realnode flannel image cni-reference build
 	@$(GO) build -o $(BIN)/vmlane-demo ./e2e/demo
-	@$(TEST_ENV) $(BIN)/vmlane-demo -hybrid -flannel $$(bash internal/realnode/build-flannel.sh --print-dir $(CACHE)/flannel) \
+	@$(TEST_ENV) $(BIN)/vmlane-demo -hybrid -flannel $$(bash internal/testing/realnode/build-flannel.sh --print-dir $(CACHE)/flannel) \
 		-bin $(BIN) -overlay e2e/overlay-hybrid -images $(CACHE)/images -cni-bin $(CNI_PLUGINS_DIR) -state $(CACHE)/demo $(if $(KEEP),-keep)
 
 ## demo-down: tear down the cluster `make demo KEEP=1` or `make demo-hybrid KEEP=1` left running
@@ -123,7 +123,7 @@ e2e-hybrid: deps guest controlplane realnode flannel image cni-reference build
 e2e-real: deps guest controlplane realnode image cni-reference build
 	@# The images the nodes import, checked whole (the unit run, under
 	@# -race, reads only the small ones).
-	VMLANE_IMAGE_DIR=$(CACHE)/images $(GO) test -count=1 -run '^TestBuiltImages$$' ./internal/imagebuild
+	VMLANE_IMAGE_DIR=$(CACHE)/images $(GO) test -count=1 -run '^TestBuiltImages$$' ./internal/tools/imagebuild
 	@start=$$(date +%s); \
 	$(TEST_ENV) $(GO) test -tags e2e -count=1 -timeout 30m -v $(if $(RUN),-run '$(RUN)') ./e2e/realnode/ 2>&1 | tee /tmp/vmlane-e2e-real.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|e2e-realnode:|•|    )' ; \
 	rc=$${PIPESTATUS[0]}; echo "e2e-real: $$(( $$(date +%s) - start ))s in all (log: /tmp/vmlane-e2e-real.log)"; exit $$rc
@@ -135,7 +135,7 @@ lint:
 	$(GO) vet -tags e2e ./e2e/...
 	$(GO) run github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION) .github/workflows/*.yml
 	@# Every relative link and #anchor of the Markdown files resolves.
-	$(GO) run ./internal/mdlinks $$(git ls-files '*.md' 2>/dev/null || find . -name '*.md' -not -path './.cache/*')
+	$(GO) run ./internal/tools/mdlinks $$(git ls-files '*.md' 2>/dev/null || find . -name '*.md' -not -path './.cache/*')
 	@# leases must stay importable by VM runtimes without our other deps:
 	@# what it imports, all the way down, is the standard library and our
 	@# small internal packages (which, being in that list, obey it too).
@@ -185,24 +185,24 @@ darwin:
 ## bench: benchmark tables (lease store; CNI ADD/DEL against bridge+host-local; DHCP against dnsmasq, quiet and with busy guests; anti-spoofing table operations; 5,000-node route sync; routes-only at 5,000 Nodes with 1% VM nodes: label convergence, CPU, RSS; 5,000 Nodes with 10,000 VMs away from home against none: sync, RSS, claim-to-route; BGP: 5,000 prefixes to bird against bird; VXLAN: iperf3 through the tunnel against a direct route)
 bench: deps build cni-reference controlplane
 	@mkdir -p $(CACHE)
-	set -o pipefail; $(GO) test -run '^$$' -bench . -benchtime 2s ./leases | tee $(CACHE)/bench-leases.txt | $(GO) run ./internal/benchtable
-	set -o pipefail; $(GO) run ./internal/cnibench -vmlane $(BIN)/vmlane -ref $(CNI_PLUGINS_DIR) | tee $(CACHE)/bench-cni.txt
-	set -o pipefail; $(GO) run ./internal/dhcpbench -vmlaned $(BIN)/vmlaned | tee $(CACHE)/bench-dhcp.txt
-	set -o pipefail; $(GO) run ./internal/dhcpbench -vmlaned $(BIN)/vmlaned -contention both | tee $(CACHE)/bench-dhcp-busy.txt
-	set -o pipefail; $(GO) run ./internal/dhcpbench -vmlaned $(BIN)/vmlaned -family 6 | tee $(CACHE)/bench-dhcp6.txt
+	set -o pipefail; $(GO) test -run '^$$' -bench . -benchtime 2s ./leases | tee $(CACHE)/bench-leases.txt | $(GO) run ./internal/bench/benchtable
+	set -o pipefail; $(GO) run ./internal/bench/cnibench -vmlane $(BIN)/vmlane -ref $(CNI_PLUGINS_DIR) | tee $(CACHE)/bench-cni.txt
+	set -o pipefail; $(GO) run ./internal/bench/dhcpbench -vmlaned $(BIN)/vmlaned | tee $(CACHE)/bench-dhcp.txt
+	set -o pipefail; $(GO) run ./internal/bench/dhcpbench -vmlaned $(BIN)/vmlaned -contention both | tee $(CACHE)/bench-dhcp-busy.txt
+	set -o pipefail; $(GO) run ./internal/bench/dhcpbench -vmlaned $(BIN)/vmlaned -family 6 | tee $(CACHE)/bench-dhcp6.txt
 	set -o pipefail; VMLANE_PRIVILEGED=require $(GO) test -run '^$$' -bench Table -benchtime 30x ./internal/antispoof | tee $(CACHE)/bench-antispoof.txt
 	set -o pipefail; $(GO) test -run '^$$' -bench ComputeVMs -benchtime 20x ./routes | tee $(CACHE)/bench-routes-vms.txt
 	set -o pipefail; $(GO) test -run '^$$' -bench ClaimsPass -benchmem ./cmd/vmlaned | tee $(CACHE)/bench-claims.txt
 	set -o pipefail; VMLANE_PRIVILEGED=require $(GO) test -run '^$$' -bench AnnounceToBird -benchtime 1x ./routes/bgp | tee $(CACHE)/bench-bgp.txt
 	set -o pipefail; VMLANE_PRIVILEGED=require $(GO) test -run '^$$' -bench VXLANThroughput -benchtime 1x ./routes | tee $(CACHE)/bench-vxlan.txt
 	set -o pipefail; VMLANE_PRIVILEGED=require VMLANE_BIN_DIR=$(BIN) \
-		VMLANE_CONTROLPLANE_DIR=$$(bash internal/controlplane/build.sh --print-dir $(CACHE)/controlplane) \
+		VMLANE_CONTROLPLANE_DIR=$$(bash internal/testing/controlplane/build.sh --print-dir $(CACHE)/controlplane) \
 		$(GO) test -run '^$$' -bench RouteController5000 -benchtime 1x -timeout 20m ./cmd/vmlaned | tee $(CACHE)/bench-routes.txt
 	set -o pipefail; VMLANE_PRIVILEGED=require VMLANE_BIN_DIR=$(BIN) \
-		VMLANE_CONTROLPLANE_DIR=$$(bash internal/controlplane/build.sh --print-dir $(CACHE)/controlplane) \
+		VMLANE_CONTROLPLANE_DIR=$$(bash internal/testing/controlplane/build.sh --print-dir $(CACHE)/controlplane) \
 		$(GO) test -run '^$$' -bench RoutesOnly5000 -benchtime 1x -timeout 20m ./cmd/vmlaned | tee $(CACHE)/bench-routes-only.txt
 	set -o pipefail; VMLANE_PRIVILEGED=require VMLANE_BIN_DIR=$(BIN) \
-		VMLANE_CONTROLPLANE_DIR=$$(bash internal/controlplane/build.sh --print-dir $(CACHE)/controlplane) \
+		VMLANE_CONTROLPLANE_DIR=$$(bash internal/testing/controlplane/build.sh --print-dir $(CACHE)/controlplane) \
 		$(GO) test -run '^$$' -bench RouteController5000VMs -benchtime 1x -timeout 20m ./cmd/vmlaned | tee $(CACHE)/bench-routes-vms-api.txt
 
 # One go install makes the reference plugins, cached by version: bridge

@@ -15,7 +15,7 @@ import (
 // within it share one write. Each write costs the server a few
 // milliseconds of encoding and fsync that requests arriving meanwhile
 // wait behind: at 20 ms one DORA exchange in forty did, which put the p99
-// of a lone client at twice dnsmasq's (internal/dhcpbench); at 100 ms it
+// of a lone client at twice dnsmasq's (internal/bench/dhcpbench); at 100 ms it
 // is below dnsmasq's.
 const LateBindDelay = 100 * time.Millisecond
 

@@ -19,10 +19,10 @@ import (
 )
 
 // Benchmarks for `make bench`. Each reports a rate with b.ReportMetric, so
-// internal/benchtable can put the store's write rate beside the rate of the
+// internal/bench/benchtable can put the store's write rate beside the rate of the
 // bare atomic-write sequence (the fsync floor) and print the ratio:
 //
-//	go test -run='^$' -bench=. ./leases | go run ./internal/benchtable
+//	go test -run='^$' -bench=. ./leases | go run ./internal/bench/benchtable
 //
 // A store write is one Reserve or one Release; a reserve+release op is two.
 //
@@ -326,7 +326,7 @@ func TestHelperProcessBenchWriter(t *testing.T) {
 	fmt.Println("DONE")
 }
 
-// dhcpLeases is the size of internal/dhcpbench's file: 833 reservations
+// dhcpLeases is the size of internal/bench/dhcpbench's file: 833 reservations
 // (266 KB), a node's worth of VMs.
 const dhcpLeases = 833
 

@@ -19,7 +19,7 @@ func TestFullDiskKeepsOldFile(t *testing.T) {
 		return
 	}
 	// leases imports nothing of vmlane's, its tests included, so this is
-	// internal/privtest.Require written out.
+	// internal/testing/privtest.Require written out.
 	missing := func(why string) {
 		if os.Getenv("VMLANE_PRIVILEGED") == "require" {
 			t.Fatal(why + " (VMLANE_PRIVILEGED=require: not skipping)")

@@ -9,7 +9,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/vmlane/vmlane/internal/bridge"
-	"github.com/vmlane/vmlane/internal/netnstest"
+	"github.com/vmlane/vmlane/internal/testing/netnstest"
 	"github.com/vmlane/vmlane/leases"
 	"github.com/vmlane/vmlane/plugin"
 )

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/vmlane/vmlane/internal/antispoof"
-	"github.com/vmlane/vmlane/internal/netnstest"
+	"github.com/vmlane/vmlane/internal/testing/netnstest"
 	"github.com/vmlane/vmlane/plugin"
 )
 

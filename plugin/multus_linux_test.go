@@ -8,7 +8,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	current "github.com/containernetworking/cni/pkg/types/100"
 
-	"github.com/vmlane/vmlane/internal/netnstest"
+	"github.com/vmlane/vmlane/internal/testing/netnstest"
 )
 
 // multusRT is the RuntimeConf Multus builds for a delegate, as read from

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vmlane/vmlane/internal/netnstest"
+	"github.com/vmlane/vmlane/internal/testing/netnstest"
 )
 
 // TestCNIAddOverLeftTap: a TAP left in the pod by an attachment whose veth

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
-	"github.com/vmlane/vmlane/internal/netnstest"
-	"github.com/vmlane/vmlane/internal/testvm"
+	"github.com/vmlane/vmlane/internal/testing/netnstest"
+	"github.com/vmlane/vmlane/internal/testing/testvm"
 	"github.com/vmlane/vmlane/leases"
 )
 

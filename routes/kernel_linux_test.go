@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmlane/vmlane/internal/netnstest"
-	"github.com/vmlane/vmlane/internal/privtest"
+	"github.com/vmlane/vmlane/internal/testing/netnstest"
+	"github.com/vmlane/vmlane/internal/testing/privtest"
 )
 
 // kernelNode is a netns with eth0 (192.168.77.1/24) on a veth to a peer

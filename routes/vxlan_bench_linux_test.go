@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmlane/vmlane/internal/privtest"
+	"github.com/vmlane/vmlane/internal/testing/privtest"
 )
 
 // BenchmarkVXLANThroughput measures TCP throughput (Debian's iperf3, 3 s,

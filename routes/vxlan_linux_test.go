@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vmlane/vmlane/internal/netnstest"
-	"github.com/vmlane/vmlane/internal/privtest"
+	"github.com/vmlane/vmlane/internal/testing/netnstest"
+	"github.com/vmlane/vmlane/internal/testing/privtest"
 )
 
 // tunnelNode is a node of the two-subnet topology of TestKernelVXLAN: its

@@ -24,8 +24,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/vmlane/vmlane/internal/benchns"
-	"github.com/vmlane/vmlane/internal/netnstest"
+	"github.com/vmlane/vmlane/internal/bench/benchns"
+	"github.com/vmlane/vmlane/internal/testing/netnstest"
 )
 
 // goalTable is a benchmark's table for people: a row a metric, with its

@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/vmlane/vmlane/internal/netaddr"
-	"github.com/vmlane/vmlane/internal/netnstest"
+	"github.com/vmlane/vmlane/internal/testing/netnstest"
 	"github.com/vmlane/vmlane/routes"
 )
 

@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/vmlane/vmlane/internal/netnstest"
-	"github.com/vmlane/vmlane/internal/privtest"
+	"github.com/vmlane/vmlane/internal/testing/netnstest"
+	"github.com/vmlane/vmlane/internal/testing/privtest"
 	"github.com/vmlane/vmlane/leases"
 	"github.com/vmlane/vmlane/plugin"
 )

@@ -16,8 +16,8 @@ import (
 
 	current "github.com/containernetworking/cni/pkg/types/100"
 
-	"github.com/vmlane/vmlane/internal/netnstest"
-	"github.com/vmlane/vmlane/internal/privtest"
+	"github.com/vmlane/vmlane/internal/testing/netnstest"
+	"github.com/vmlane/vmlane/internal/testing/privtest"
 	"github.com/vmlane/vmlane/leases"
 	"github.com/vmlane/vmlane/plugin"
 )

@@ -14,10 +14,10 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 
-	"github.com/vmlane/vmlane/internal/frametest"
-	"github.com/vmlane/vmlane/internal/netnstest"
-	"github.com/vmlane/vmlane/internal/privtest"
-	"github.com/vmlane/vmlane/internal/testvm"
+	"github.com/vmlane/vmlane/internal/testing/frametest"
+	"github.com/vmlane/vmlane/internal/testing/netnstest"
+	"github.com/vmlane/vmlane/internal/testing/privtest"
+	"github.com/vmlane/vmlane/internal/testing/testvm"
 	"github.com/vmlane/vmlane/leases"
 )
 

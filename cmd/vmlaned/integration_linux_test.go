@@ -17,9 +17,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/vmlane/vmlane/internal/controlplane"
-	"github.com/vmlane/vmlane/internal/netnstest"
-	"github.com/vmlane/vmlane/internal/privtest"
+	"github.com/vmlane/vmlane/internal/testing/controlplane"
+	"github.com/vmlane/vmlane/internal/testing/netnstest"
+	"github.com/vmlane/vmlane/internal/testing/privtest"
 )
 
 // cluster is a control plane and node namespaces on one test switch.

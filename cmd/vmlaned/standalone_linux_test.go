@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmlane/vmlane/internal/syncbuf"
+	"github.com/vmlane/vmlane/internal/testing/syncbuf"
 
-	"github.com/vmlane/vmlane/internal/netnstest"
-	"github.com/vmlane/vmlane/internal/privtest"
+	"github.com/vmlane/vmlane/internal/testing/netnstest"
+	"github.com/vmlane/vmlane/internal/testing/privtest"
 )
 
 func buildBinaries(t testing.TB) string {

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/vmlane/vmlane/internal/antispoof"
-	"github.com/vmlane/vmlane/internal/netnstest"
-	"github.com/vmlane/vmlane/internal/testvm"
+	"github.com/vmlane/vmlane/internal/testing/netnstest"
+	"github.com/vmlane/vmlane/internal/testing/testvm"
 	"github.com/vmlane/vmlane/leases"
 	"github.com/vmlane/vmlane/plugin"
 )

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmlane/vmlane/internal/netnstest"
-	"github.com/vmlane/vmlane/internal/testvm"
+	"github.com/vmlane/vmlane/internal/testing/netnstest"
+	"github.com/vmlane/vmlane/internal/testing/testvm"
 	"github.com/vmlane/vmlane/leases"
 )
 

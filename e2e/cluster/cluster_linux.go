@@ -21,10 +21,10 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/vmlane/vmlane/internal/controlplane"
-	"github.com/vmlane/vmlane/internal/netnstest"
-	"github.com/vmlane/vmlane/internal/privtest"
-	"github.com/vmlane/vmlane/internal/testvm"
+	"github.com/vmlane/vmlane/internal/testing/controlplane"
+	"github.com/vmlane/vmlane/internal/testing/netnstest"
+	"github.com/vmlane/vmlane/internal/testing/privtest"
+	"github.com/vmlane/vmlane/internal/testing/testvm"
 )
 
 // Addresses on the test switch: the API server, the nodes from NodeBase
@@ -93,7 +93,7 @@ func (s NodeSpec) PodCIDRs() []netip.Prefix {
 type Options struct {
 	// BinDir holds vmlane, vmlaned and vmlanectl.
 	BinDir string
-	// FlannelDir holds flanneld (internal/realnode/build-flannel.sh), for
+	// FlannelDir holds flanneld (internal/testing/realnode/build-flannel.sh), for
 	// real nodes with Flannel set.
 	FlannelDir string
 	// DeferOverlay leaves applying Overlay to the suite (ApplyOverlay), so

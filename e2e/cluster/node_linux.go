@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmlane/vmlane/internal/syncbuf"
+	"github.com/vmlane/vmlane/internal/testing/syncbuf"
 
 	"github.com/containernetworking/cni/libcni"
 
-	"github.com/vmlane/vmlane/internal/netnstest"
+	"github.com/vmlane/vmlane/internal/testing/netnstest"
 	"github.com/vmlane/vmlane/plugin"
 )
 

@@ -12,9 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/vmlane/vmlane/internal/controlplane"
-	"github.com/vmlane/vmlane/internal/privtest"
-	"github.com/vmlane/vmlane/internal/testvm"
+	"github.com/vmlane/vmlane/internal/testing/controlplane"
+	"github.com/vmlane/vmlane/internal/testing/privtest"
+	"github.com/vmlane/vmlane/internal/testing/testvm"
 )
 
 // NewReal builds a cluster of real nodes, the path a user takes: a

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmlane/vmlane/internal/controlplane"
-	"github.com/vmlane/vmlane/internal/netnstest"
+	"github.com/vmlane/vmlane/internal/testing/controlplane"
+	"github.com/vmlane/vmlane/internal/testing/netnstest"
 )
 
 //go:embed node-init.sh
@@ -26,7 +26,7 @@ var nodeInit []byte
 type Runtime string
 
 const (
-	// Containerd is containerd 2.x, built by internal/realnode/build.sh.
+	// Containerd is containerd 2.x, built by internal/testing/realnode/build.sh.
 	Containerd Runtime = "containerd"
 	// Containerd16 is Debian 12's containerd 1.6 package, whose libcni,
 	// like containerd 1.7's (what most clusters still run), predates CNI
@@ -77,12 +77,12 @@ type RealNode struct {
 
 var realNodeSeq atomic.Int64
 
-// RuntimeDir is where internal/realnode/build.sh put containerd & co
+// RuntimeDir is where internal/testing/realnode/build.sh put containerd & co
 // (`build.sh --print-dir`), from VMLANE_REALNODE_DIR.
 func RuntimeDir() (string, error) {
 	dir := os.Getenv("VMLANE_REALNODE_DIR")
 	if dir == "" {
-		return "", errors.New("VMLANE_REALNODE_DIR is not set: run `make realnode` and export VMLANE_REALNODE_DIR=$(bash internal/realnode/build.sh --print-dir .cache/realnode)")
+		return "", errors.New("VMLANE_REALNODE_DIR is not set: run `make realnode` and export VMLANE_REALNODE_DIR=$(bash internal/testing/realnode/build.sh --print-dir .cache/realnode)")
 	}
 	for _, f := range []string{".stamp", "containerd", "containerd-shim-runc-v2", "ctr", "containerd-1.6/containerd"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {

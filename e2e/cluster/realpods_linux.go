@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmlane/vmlane/internal/testvm"
+	"github.com/vmlane/vmlane/internal/testing/testvm"
 )
 
 // whoamiScript makes a busybox container serve /cgi-bin/whoami on port 80,

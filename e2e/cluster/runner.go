@@ -15,7 +15,7 @@ import (
 
 // Runner is a testing.TB for code that is not a test: the demo, and the
 // suite's TestMain, which builds the cluster every test shares. The
-// helpers it drives (internal/netnstest, internal/controlplane) register
+// helpers it drives (internal/testing/netnstest, internal/testing/controlplane) register
 // their teardown with Cleanup and report with Fatal, as in a test; Run
 // turns a Fatal into an error and Close runs the cleanups, newest first.
 //

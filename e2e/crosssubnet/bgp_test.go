@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/vmlane/vmlane/e2e/cluster"
-	"github.com/vmlane/vmlane/internal/birdtest"
+	"github.com/vmlane/vmlane/internal/testing/birdtest"
 	"github.com/vmlane/vmlane/routes"
 	"github.com/vmlane/vmlane/routes/bgp"
 )

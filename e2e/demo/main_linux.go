@@ -53,7 +53,7 @@ func main() {
 	flannel := flag.String("flannel", "", "with -hybrid: the folder with flanneld (make flannel)")
 	flag.Parse()
 	if *hybrid && *flannel == "" {
-		fatal(errors.New("-hybrid needs -flannel: the folder `bash internal/realnode/build-flannel.sh --print-dir .cache/flannel` prints"))
+		fatal(errors.New("-hybrid needs -flannel: the folder `bash internal/testing/realnode/build-flannel.sh --print-dir .cache/flannel` prints"))
 	}
 	for _, p := range []*string{bin, overlay, images, cniBin, state, flannel} {
 		if *p == "" {

@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/vmlane/vmlane/e2e/cluster"
-	"github.com/vmlane/vmlane/internal/testvm"
+	"github.com/vmlane/vmlane/internal/testing/testvm"
 )
 
 func podCIDR(t *testing.T, node string) netip.Prefix { return podCIDRs(t, node)[0] }

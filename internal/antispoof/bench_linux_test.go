@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/vmlane/vmlane/internal/antispoof"
-	"github.com/vmlane/vmlane/internal/netnstest"
+	"github.com/vmlane/vmlane/internal/testing/netnstest"
 )
 
 // BenchmarkTable: the cost of each operation on a table of 256 ports, in a

@@ -12,8 +12,8 @@ import (
 	"github.com/google/nftables/expr"
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/vmlane/vmlane/internal/antispoof"
-	"github.com/vmlane/vmlane/internal/frametest"
-	"github.com/vmlane/vmlane/internal/netnstest"
+	"github.com/vmlane/vmlane/internal/testing/frametest"
+	"github.com/vmlane/vmlane/internal/testing/netnstest"
 )
 
 // lan is a node namespace with a bridge and two pods on it, each a veth

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vmlane/vmlane/internal/netnstest"
-	"github.com/vmlane/vmlane/internal/privtest"
+	"github.com/vmlane/vmlane/internal/testing/netnstest"
+	"github.com/vmlane/vmlane/internal/testing/privtest"
 )
 
 // TestHostRoutes: RouteHost adds a scope-link route of protocol 78 onto the

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmlane/vmlane/internal/netnstest"
-	"github.com/vmlane/vmlane/internal/privtest"
+	"github.com/vmlane/vmlane/internal/testing/netnstest"
+	"github.com/vmlane/vmlane/internal/testing/privtest"
 )
 
 // TestGuestKernelTakesAdvertisements runs the advertiser on a bridge in a

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmlane/vmlane/internal/benchns"
-	"github.com/vmlane/vmlane/internal/birdtest"
-	"github.com/vmlane/vmlane/internal/netnstest"
-	"github.com/vmlane/vmlane/internal/privtest"
+	"github.com/vmlane/vmlane/internal/bench/benchns"
+	"github.com/vmlane/vmlane/internal/testing/birdtest"
+	"github.com/vmlane/vmlane/internal/testing/netnstest"
+	"github.com/vmlane/vmlane/internal/testing/privtest"
 )
 
 // BenchmarkAnnounceToBird measures how long Debian's bird2 takes to have

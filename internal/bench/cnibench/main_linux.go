@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/vmlane/vmlane/internal/bench/benchns"
+)
+
+// names are cnibench's namespaces, vmlb-<pid>-<n>-<tag>, and temp
+// folders, cnibench-<pid>-*; netnstest's are vmlt- and dhcpbench's
+// vmlbench-, so no sweep of one ever takes another's.
+var names = benchns.Names{
+	NSPrefix:  "vmlb-",
+	TmpPrefix: "cnibench-",
+	Tag:       "cnibench",
+	Runs:      "CNI plugins",
+	Numbered:  true,
+}
+
+// config is the command line.
+type config struct {
+	vmlane      string
+	ref         string
+	n           int
+	concurrency int
+	warmup      int
+	rounds      int
+}
+
+func main() {
+	var cfg config
+	fs := flag.NewFlagSet("cnibench", flag.ContinueOnError)
+	fs.StringVar(&cfg.vmlane, "vmlane", "", "the vmlane plugin binary (required)")
+	fs.StringVar(&cfg.ref, "ref", "", "folder holding the reference bridge and host-local binaries (required)")
+	fs.IntVar(&cfg.n, "n", 150, "timed ADD+DEL iterations per target and mode")
+	fs.IntVar(&cfg.concurrency, "concurrency", 16, "workers of the concurrent mode, and pod namespaces per target")
+	fs.IntVar(&cfg.warmup, "warmup", 5, "uncounted iterations per target before timing")
+	fs.IntVar(&cfg.rounds, "rounds", 4, "turns the targets take within each mode")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		os.Exit(2)
+	}
+	if cfg.vmlane == "" || cfg.ref == "" || cfg.n < 1 || cfg.concurrency < 1 || cfg.warmup < 0 || cfg.rounds < 1 || fs.NArg() > 0 {
+		fmt.Fprintln(os.Stderr, "usage: cnibench -vmlane BIN/vmlane -ref DIR [-n 150] [-concurrency 16] [-warmup 5] [-rounds 4]")
+		os.Exit(2)
+	}
+	names.Main(func(ctx context.Context) error { return run(ctx, cfg, os.Stdout, os.Stderr) })
+}
+
+// run measures every target and prints the tables to out, progress to log.
+// Whatever way it returns, it removes its namespaces and temp folder first.
+func run(ctx context.Context, cfg config, out, log io.Writer) (err error) {
+	r, err := benchns.Start(names, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cerr := r.Close()
+		if cerr == nil {
+			fmt.Fprintln(log, "cnibench: cleaned up: no namespace or temp file left")
+		}
+		err = errors.Join(err, cerr)
+	}()
+	tmp := r.Tmp()
+	binDir, err := linkPlugins(tmp, cfg)
+	if err != nil {
+		return err
+	}
+	var benches []*bench
+	for _, t := range targets() {
+		b, err := newBench(ctx, t, tmp, binDir, r, cfg.concurrency)
+		if err != nil {
+			return err
+		}
+		benches = append(benches, b)
+	}
+	all, err := measure(ctx, benches, cfg, log)
+	if err != nil {
+		return err
+	}
+	if err := writeTable(out, all); err != nil {
+		return err
+	}
+	fmt.Fprintln(out)
+	return writeRatios(out, all, refName)
+}
+
+// linkPlugins makes the folder libcni searches: vmlane, bridge and
+// host-local, linked under the names the configs' "type" fields use,
+// whatever the given binaries are called.
+func linkPlugins(tmp string, cfg config) (string, error) {
+	dir := filepath.Join(tmp, "bin")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return "", err
+	}
+	for name, src := range map[string]string{
+		"vmlane":     cfg.vmlane,
+		"bridge":     filepath.Join(cfg.ref, "bridge"),
+		"host-local": filepath.Join(cfg.ref, "host-local"),
+	} {
+		abs, err := benchns.Executable(src, "plugin binary")
+		if err != nil {
+			return "", err
+		}
+		if err := os.Symlink(abs, filepath.Join(dir, name)); err != nil {
+			return "", err
+		}
+	}
+	return dir, nil
+}

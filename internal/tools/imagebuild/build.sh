@@ -1,0 +1,351 @@
+#!/usr/bin/env bash
+# build.sh [--print-dir] CACHE_DIR BIN_DIR
+#
+# Builds, without Docker or a registry, the images the real-node e2e suite
+# and `make demo` import into each node's containerd (`make image`), as
+# tarballs that `ctr -n k8s.io images import` and `docker load` read:
+#
+#   CACHE_DIR/vmlane.tar   ghcr.io/vmlane/vmlane:e2e ($VMLANE_IMAGE_TAG):
+#                          what the Dockerfile builds: a Debian 12 root
+#                          with manifests/image/packages, the entrypoint
+#                          manifests/image/entrypoint.sh and the static
+#                          vmlane, vmlaned and vmlanectl from BIN_DIR
+#   CACHE_DIR/pause.tar    registry.k8s.io/pause:3.10, the sandbox image
+#                          (internal/tools/imagebuild/pause)
+#   CACHE_DIR/busybox.tar  vmlane.test/busybox:e2e, Debian's busybox-static
+#                          with its applets, for the test pods; /lib and
+#                          /lib64 point into /usr, so a pod that mounts the
+#                          node's /usr runs the node's programs (QEMU)
+#   CACHE_DIR/.stamp       the key of all three; written last
+#
+# The Debian root (debootstrap --variant=minbase from the mirror apt
+# uses, or $VMLANE_DEBIAN_MIRROR) is cached in CACHE_DIR/rootfs-KEY, KEY a
+# hash of the suite, the package list and the recipe below, and built once
+# (about a minute). Each tarball is keyed by a hash of what goes into
+# it (the binaries, the entrypoint, the root's key, the tag, the sources of
+# imagebuild and pause, this script) and packed again, in seconds, only
+# when that changed.
+#
+# stdout gets the key, or with --print-dir the absolute CACHE_DIR, for
+# VMLANE_IMAGE_DIR=$(... --print-dir DIR). Progress goes to stderr. A
+# second run with nothing changed returns at once, without the lock or a
+# build. Needs root (debootstrap; the image's files are root's) unless it
+# is up to date. Touches nothing outside CACHE_DIR but the Go build cache
+# and, when debootstrap is missing, apt.
+set -euo pipefail
+
+# The Debian release of the root; the Dockerfile's base is debian:12-slim.
+suite=bookworm
+# Bump when the way the root is made changes, so older roots are rebuilt.
+# 2: slimmed as debian:12-slim, without ldconfig's aux-cache; debootstrap in
+#    a mount namespace of its own.
+recipe=2
+
+print_dir=0
+if [[ ${1:-} == --print-dir ]]; then
+	print_dir=1
+	shift
+fi
+if [[ $# -ne 2 ]]; then
+	echo "usage: $0 [--print-dir] CACHE_DIR BIN_DIR" >&2
+	exit 2
+fi
+[[ -d $2 ]] || {
+	echo "build.sh: BIN_DIR $2 is not a folder (make build fills bin/)" >&2
+	exit 2
+}
+mkdir -p "$1"
+cache=$(cd "$1" && pwd)
+bin=$(cd "$2" && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../../.." && pwd)
+tag=${VMLANE_IMAGE_TAG:-e2e}
+umask 022
+
+log() { echo "image: $*" >&2; }
+die() {
+	log "error: $*"
+	exit 1
+}
+
+# sha prints a short hash of stdin and then of its files' contents.
+sha() { cat - "$@" | sha256sum | cut -c1-16; }
+
+binaries=(vmlane vmlaned vmlanectl)
+for b in "${binaries[@]}"; do
+	[[ -f $bin/$b ]] || die "$bin/$b is missing: run make build"
+done
+[[ -x /bin/busybox ]] || die "/bin/busybox is missing: install busybox-static (make deps does)"
+
+# --- the keys ----------------------------------------------------------------
+[[ -f $repo/manifests/image/packages ]] || die "$repo/manifests/image/packages is missing"
+mapfile -t pkgs < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' "$repo/manifests/image/packages")
+[[ ${#pkgs[@]} -gt 0 ]] || die "no packages in manifests/image/packages"
+rootkey=$(printf '%s\n' "$suite" "${pkgs[@]}" "recipe=$recipe" | sha)
+root=$cache/rootfs-$rootkey
+# imagebuild's sources and this script: a change to either may change
+# every image.
+shopt -s nullglob
+tool_src=()
+for f in "$here"/*.go; do
+	[[ $f == *_test.go ]] || tool_src+=("$f")
+done
+tool=$(echo | sha "${tool_src[@]}" "$repo/go.mod" "$repo/go.sum" "$here/build.sh")
+goversion=$(go env GOVERSION 2>/dev/null || echo none)
+vmlane_key=$(echo "$tool $rootkey $tag" |
+	sha "${binaries[@]/#/$bin/}" "$repo/manifests/image/entrypoint.sh")
+pause_key=$(echo "$tool $goversion" | sha "$here"/pause/*.go)
+busybox_key=$(echo "$tool" | sha /bin/busybox)
+key="vmlane=$vmlane_key pause=$pause_key busybox=$busybox_key"
+
+result() {
+	if [[ $print_dir -eq 1 ]]; then
+		echo "$cache"
+	else
+		echo "$key"
+	fi
+}
+up_to_date() {
+	[[ -f $cache/.stamp && $(<"$cache/.stamp") == "$key" &&
+		-f $cache/vmlane.tar && -f $cache/pause.tar && -f $cache/busybox.tar ]]
+}
+
+# Fast path, without the lock: .stamp is written last.
+if up_to_date; then
+	result
+	exit 0
+fi
+
+# One build at a time per cache (make -j, two test runs at once); the second
+# one waits, then finds the first one's images.
+exec 9>"$cache/.lock"
+if ! flock -n 9; then
+	log "waiting for another build in $cache"
+	flock 9
+fi
+if up_to_date; then
+	log "up to date: $cache"
+	result
+	exit 0
+fi
+[[ $(id -u) -eq 0 ]] || die "needs root: debootstrap, and the images' files must be root's"
+command -v go >/dev/null || die "go is not on PATH"
+rm -f "$cache/.stamp"
+start=$SECONDS
+
+# unmount_under DIR unmounts whatever is mounted at or below DIR in this
+# mount namespace, deepest first, so that rm -rf never walks into a
+# mounted /proc, /sys or /dev.
+unmount_under() {
+	local m
+	awk -v d="$1" '$5 == d || index($5, d "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r |
+		while read -r m; do
+			umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || log "warning: cannot unmount $m"
+		done
+}
+
+# remove DIR... removes folders of this script's, on this file system only.
+remove() {
+	local d
+	for d in "$@"; do
+		[[ -e $d ]] || continue
+		unmount_under "$d"
+		rm -rf --one-file-system "$d"
+	done
+}
+
+# Whatever a killed run left (under the lock, so none is in use).
+remove "$cache"/stage-* "$cache"/rootfs-*.tmp "$cache"/bin/*.tmp
+
+# apt_mirror prints the Debian mirror apt on this machine uses for $suite:
+# the first URI of a deb822 stanza (sources.list.d/*.sources) or a
+# one-line entry (sources.list, *.list) that names the suite itself, else
+# the first one whose path ends in /debian.
+apt_mirror() {
+	local srcs=(/etc/apt/sources.list.d/*.sources) lists=(/etc/apt/sources.list /etc/apt/sources.list.d/*.list)
+	local found=() f
+	for f in "${lists[@]}"; do [[ -r $f ]] && found+=("$f"); done
+	lists=("${found[@]}")
+	{
+		[[ ${#srcs[@]} -eq 0 ]] || awk -v suite="$suite" '
+			function flush() {
+				if (uri != "" && deb && on) print (has ? "1 " : "2 ") uri
+				uri = ""; deb = 0; has = 0; on = 1
+			}
+			BEGIN { on = 1 }
+			FNR == 1 { flush() }
+			/^[[:space:]]*$/ { flush(); next }
+			/^[[:space:]]*#/ { next }
+			tolower($1) == "types:" { for (i = 2; i <= NF; i++) if ($i == "deb") deb = 1 }
+			tolower($1) == "uris:" { uri = $2 }
+			tolower($1) == "suites:" { for (i = 2; i <= NF; i++) if ($i == suite) has = 1 }
+			tolower($1) == "enabled:" && tolower($2) == "no" { on = 0 }
+			END { flush() }' "${srcs[@]}"
+		[[ ${#lists[@]} -eq 0 ]] || awk -v suite="$suite" '
+			$1 == "deb" {
+				i = 2
+				if ($i ~ /^\[/) { while (i <= NF && $i !~ /\]$/) i++; i++ }
+				print ($(i + 1) == suite ? "1 " : "2 ") $i
+			}' "${lists[@]}"
+	} | awk '$1 == 1 || $2 ~ /\/debian\/?$/' | grep -E '^[12] (https?|file)://' | sort -s -k1,1 | head -n1 | cut -d' ' -f2
+}
+
+# ensure_debootstrap installs debootstrap when it is missing.
+ensure_debootstrap() {
+	command -v debootstrap >/dev/null && return 0
+	log "installing debootstrap"
+	local out
+	export DEBIAN_FRONTEND=noninteractive
+	out=$(apt-get update -qq 2>&1 && apt-get install -y -qq --no-install-recommends debootstrap 2>&1) ||
+		die "installing debootstrap failed: $out"
+}
+
+# --- the Debian root ---------------------------------------------------------
+if [[ ! -f $root/.stamp ]]; then
+	ensure_debootstrap
+	mirror=${VMLANE_DEBIAN_MIRROR:-$(apt_mirror)}
+	mirror=${mirror:-http://deb.debian.org/debian}
+	log "debootstrap $suite (minbase + ${pkgs[*]}) from $mirror, about a minute"
+	remove "$root"
+	t0=$SECONDS
+	# debootstrap mounts /proc and /sys in its target while it works. It
+	# runs in a mount namespace of its own, so those mounts end with it
+	# even when it is killed; the trap is for the rest.
+	trap 'unmount_under "$root.tmp"' EXIT
+	trap 'exit 130' INT TERM
+	if ! unshare --mount --propagation private \
+		debootstrap --variant=minbase --include="$(IFS=, && echo "${pkgs[*]}")" \
+		"$suite" "$root.tmp" "$mirror" >"$cache/debootstrap.log" 2>&1; then
+		tail -n 20 "$cache/debootstrap.log" >&2
+		die "debootstrap failed (log: $cache/debootstrap.log)"
+	fi
+	unmount_under "$root.tmp"
+	trap - EXIT INT TERM
+	r=$root.tmp
+	[[ -x $r/usr/sbin/iptables-nft && -x $r/usr/bin/update-alternatives ]] ||
+		die "the root has no iptables-nft or update-alternatives (log: $cache/debootstrap.log)"
+	# As the Dockerfile's apt-get: no package lists or caches in the image.
+	# Nor ldconfig's aux-cache, which records inodes and times, the one
+	# file in which two roots made from the same packages differ.
+	rm -rf "$r"/var/lib/apt/lists/* "$r"/var/cache/apt/*.bin "$r"/var/cache/apt/archives/*.deb \
+		"$r"/var/cache/debconf/*-old "$r"/var/lib/dpkg/*-old "$r"/var/log/* "$r"/var/cache/ldconfig/aux-cache
+	# And as its base, debian:12-slim (debuerreotype's slimify): no
+	# documentation but the copyright files, no manual pages or
+	# translations, and dpkg told to leave them out of later installs.
+	# Half the root's size.
+	cat >"$r/etc/dpkg/dpkg.cfg.d/vmlane-slim" <<-'EOF'
+		# Written by vmlane's internal/tools/imagebuild/build.sh, as debian:12-slim.
+		path-exclude /usr/share/doc/*
+		path-include /usr/share/doc/*/copyright
+		path-exclude /usr/share/groff/*
+		path-exclude /usr/share/info/*
+		path-exclude /usr/share/linda/*
+		path-exclude /usr/share/lintian/overrides/*
+		path-exclude /usr/share/locale/*
+		path-include /usr/share/locale/locale.alias
+		path-exclude /usr/share/man/*
+	EOF
+	find "$r/usr/share/doc" -mindepth 1 ! -type d ! -name copyright -delete
+	find "$r/usr/share/doc" -mindepth 1 -depth -type d -empty -delete
+	find "$r/usr/share/locale" -mindepth 1 -maxdepth 1 ! -name locale.alias -exec rm -rf {} +
+	rm -rf "$r"/usr/share/{groff,info,linda,man}/* "$r"/usr/share/lintian/overrides/*
+	echo "$suite ${pkgs[*]} recipe=$recipe" >"$r/.stamp"
+	mv "$r" "$root"
+	log "root built in $((SECONDS - t0))s: $(du -sh "$root" | cut -f1)"
+	# Older roots are of another package list or recipe.
+	for old in "$cache"/rootfs-*; do
+		[[ $old == "$root" ]] || remove "$old"
+	done
+fi
+
+# --- the tools ---------------------------------------------------------------
+mkdir -p "$cache/bin"
+imagebuild=$cache/bin/imagebuild
+(cd "$repo" && CGO_ENABLED=0 go build -trimpath -o "$imagebuild.tmp" ./internal/tools/imagebuild) || die "building imagebuild"
+mv -f "$imagebuild.tmp" "$imagebuild"
+
+# static FILE succeeds when FILE is an ELF program without a program
+# interpreter, that is static.
+static() {
+	local headers
+	if command -v readelf >/dev/null; then
+		headers=$(LC_ALL=C readelf -l "$1" 2>&1) || return 1 # not ELF
+		[[ $headers != *'Requesting program interpreter'* ]]
+	elif command -v file >/dev/null; then
+		LC_ALL=C file -L "$1" | grep -q 'statically linked'
+	else
+		die "neither readelf (binutils) nor file is here to tell whether $1 is static"
+	fi
+}
+
+# pack NAME KEY SUBCOMMAND ARGS... writes CACHE_DIR/NAME.tar with
+# `imagebuild SUBCOMMAND ARGS...` unless it was packed from the same KEY;
+# NAME.key is written after the tarball.
+pack() {
+	local name=$1 key=$2 t0=$SECONDS out=$cache/$1.tar
+	shift 2
+	"$imagebuild" "$@" -o "$out" || die "packing $name"
+	echo "$key" >"$cache/$name.key"
+	log "$out: $(du -h "$out" | cut -f1) in $((SECONDS - t0))s"
+}
+packed() {
+	[[ -f $cache/$1.tar && $(cat "$cache/$1.key" 2>/dev/null) == "$2" ]] && log "$1.tar up to date"
+}
+
+# --- vmlane ------------------------------------------------------------------
+if ! packed vmlane "$vmlane_key"; then
+	# The plugin runs on the node, under whatever libc (if any) the node
+	# has: only static binaries go in. Dynamic ones (a `go build` with
+	# cgo) are built again from this tree, static, with make build's flags
+	# so that the build cache serves what it can.
+	from=$bin
+	for b in "${binaries[@]}"; do
+		static "$bin/$b" && continue
+		log "$bin/$b is not static: building static copies (make build makes them static)"
+		from=$cache/bin/static
+		(cd "$repo" && CGO_ENABLED=0 go build -o "$from/" ./cmd/vmlane ./cmd/vmlaned ./cmd/vmlanectl) ||
+			die "building static vmlane, vmlaned and vmlanectl"
+		break
+	done
+	stage=$cache/stage-vmlane
+	cp -a "$root" "$stage"
+	rm -f "$stage/.stamp"
+	install -m 0755 "$repo/manifests/image/entrypoint.sh" "$stage/usr/local/bin/vmlane-entrypoint"
+	install -m 0755 "${binaries[@]/#/$from/}" "$stage/usr/local/bin/"
+	pack vmlane "$vmlane_key" pack -dir "$stage" -tag "ghcr.io/vmlane/vmlane:$tag" \
+		-entrypoint /usr/local/bin/vmlane-entrypoint -cmd vmlaned
+	remove "$stage"
+fi
+
+# --- pause -------------------------------------------------------------------
+if ! packed pause "$pause_key"; then
+	(cd "$repo" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$cache/bin/pause" ./internal/tools/imagebuild/pause) ||
+		die "building pause"
+	pack pause "$pause_key" pause -bin "$cache/bin/pause" -tag registry.k8s.io/pause:3.10
+fi
+
+# --- busybox -----------------------------------------------------------------
+if ! packed busybox "$busybox_key"; then
+	static /bin/busybox || die "/bin/busybox is not static: install busybox-static, not busybox"
+	stage=$cache/stage-busybox
+	mkdir -p "$stage"/{bin,etc,usr,tmp,root,www}
+	chmod 1777 "$stage/tmp"
+	chmod 0700 "$stage/root"
+	install -m 0755 /bin/busybox "$stage/bin/busybox"
+	for a in $(/bin/busybox --list); do
+		[[ $a == busybox ]] || ln -s busybox "$stage/bin/$a"
+	done
+	# The node's /usr, mounted read-only at /usr, brings its programs and
+	# their libraries; the dynamic loader is /lib64/ld-linux-x86-64.so.2.
+	ln -s usr/lib "$stage/lib"
+	ln -s usr/lib64 "$stage/lib64"
+	echo 'root:x:0:0:root:/root:/bin/sh' >"$stage/etc/passwd"
+	echo 'root:x:0:' >"$stage/etc/group"
+	pack busybox "$busybox_key" pack -dir "$stage" -tag vmlane.test/busybox:e2e -entrypoint /bin/sh
+	remove "$stage"
+fi
+
+echo "$key" >"$cache/.stamp.tmp"
+mv -f "$cache/.stamp.tmp" "$cache/.stamp"
+log "images in $cache, $((SECONDS - start))s"
+result
