@@ -1,0 +1,316 @@
+package main
+
+// What a claims pass does to the node itself: the addresses VMs hold
+// elsewhere kept out of use here, the bridge's NDP proxy entries and host
+// routes for VMs that moved in, and the bridge's forwarding database,
+// read for the last frame of a migrating guest.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/vmlane/vmlane/internal/bridge"
+	"github.com/vmlane/vmlane/leases"
+	"github.com/vmlane/vmlane/plugin"
+)
+
+// holdLent keeps the addresses of this node's subnets that VMs running
+// elsewhere hold out of use here: a held lease each, renewed every pass
+// (the store's hold time from now), so a VM that stays away keeps them
+// and one whose claim goes gives them back after the hold time.
+func (s *claimsSync) holdLent(lent []plugin.NodeClaim) {
+	if len(lent) == 0 {
+		return
+	}
+	err := s.store.Update(func(tx *leases.Tx) error {
+		for _, c := range lent {
+			var ip6 netip.Addr
+			if s.store.Subnet6().Contains(c.IPv6.Addr()) {
+				ip6 = c.IPv6.Addr()
+			}
+			if err := tx.HoldFor(c.VM, c.IPv4.Addr(), ip6, c.MAC); err != nil {
+				s.warnOnce(c.VM, fmt.Sprintf("holding VM %s's addresses of this node's subnet while it runs on %s: %v", c.VM, c.Node, err))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		s.log.Warn("holding the addresses of VMs running elsewhere", "err", err)
+	}
+}
+
+// proxyLent keeps one NDP proxy entry on the bridge for each IPv6 address of
+// this node's subnet6 that a VM running elsewhere holds, and none for any
+// other address of subnet6: this node's pods take it for on-link and ask
+// for it by neighbour solicitation, and the node answers and routes it.
+// (IPv4 needs no entries: proxy ARP answers for every address the node
+// routes off the bridge.)
+func (s *claimsSync) proxyLent(lent []plugin.NodeClaim) {
+	sub6 := s.store.Subnet6()
+	if !sub6.IsValid() {
+		return
+	}
+	have, err := s.proxies.List(s.c.Bridge)
+	if err != nil {
+		s.log.Warn("listing NDP proxy entries", "bridge", s.c.Bridge, "err", err)
+		return
+	}
+	var want []netip.Addr
+	for _, c := range lent {
+		want = append(want, c.IPv6.Addr())
+	}
+	add, del := proxyDiff(have, want, sub6)
+	for _, a := range del {
+		if err := s.proxies.Del(s.c.Bridge, a); err != nil {
+			s.log.Warn("removing NDP proxy entry", "addr", a, "err", err)
+		}
+	}
+	for _, a := range add {
+		if err := s.proxies.Add(s.c.Bridge, a); err != nil {
+			s.log.Warn("adding NDP proxy entry", "addr", a, "err", err)
+		}
+	}
+}
+
+// neighProxies is the bridge's NDP proxy table (`ip -6 neigh … proxy`);
+// netlinkProxies is the kernel's, tests use a fake.
+type neighProxies interface {
+	List(bridge string) ([]netip.Addr, error)
+	Add(bridge string, a netip.Addr) error
+	Del(bridge string, a netip.Addr) error
+}
+
+type netlinkProxies struct{}
+
+func (netlinkProxies) index(bridge string) (int, error) {
+	br, err := netlink.LinkByName(bridge)
+	if err != nil {
+		return 0, err
+	}
+	return br.Attrs().Index, nil
+}
+
+func (p netlinkProxies) List(bridge string) ([]netip.Addr, error) {
+	idx, err := p.index(bridge)
+	if err != nil {
+		return nil, err
+	}
+	ns, err := netlink.NeighProxyList(idx, netlink.FAMILY_V6)
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, n := range ns {
+		if a, ok := netip.AddrFromSlice(n.IP); ok {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+func (p netlinkProxies) neigh(bridge string, a netip.Addr) (*netlink.Neigh, error) {
+	idx, err := p.index(bridge)
+	if err != nil {
+		return nil, err
+	}
+	return &netlink.Neigh{LinkIndex: idx, Family: netlink.FAMILY_V6, Flags: netlink.NTF_PROXY, IP: a.AsSlice()}, nil
+}
+
+func (p netlinkProxies) Add(bridge string, a netip.Addr) error {
+	n, err := p.neigh(bridge, a)
+	if err != nil {
+		return err
+	}
+	return netlink.NeighSet(n)
+}
+
+func (p netlinkProxies) Del(bridge string, a netip.Addr) error {
+	n, err := p.neigh(bridge, a)
+	if err != nil {
+		return err
+	}
+	return netlink.NeighDel(n)
+}
+
+// sweepHostRoutes brings the bridge's host routes in line with the leases
+// (hostRouteDiff).
+func (s *claimsSync) sweepHostRoutes(f *leases.File, have []netip.Prefix) {
+	add, del := hostRouteDiff(f, have)
+	for _, p := range del {
+		if err := s.hosts.Del(s.c.Bridge, p); err != nil {
+			s.log.Warn("removing a stale host route", "dst", p, "err", err)
+			continue
+		}
+		s.log.Info("removed a host route no lease of a VM that moved in needs", "dst", p)
+	}
+	for _, p := range add {
+		if err := s.hosts.Add(s.c.Bridge, p); err != nil {
+			s.log.Warn("adding the host route of a VM that moved in", "dst", p, "err", err)
+			continue
+		}
+		s.log.Info("added the host route of a VM that moved in", "dst", p)
+	}
+}
+
+// hostRouter is the bridge's host routes (bridge.HostRoutes & co.); tests
+// use a fake.
+type hostRouter interface {
+	List(bridge string) ([]netip.Prefix, error)
+	Add(bridge string, dst netip.Prefix) error
+	Del(bridge string, dst netip.Prefix) error
+}
+
+type bridgeHostRoutes struct{}
+
+func (bridgeHostRoutes) List(br string) ([]netip.Prefix, error) { return bridge.HostRoutes(br) }
+func (bridgeHostRoutes) Add(br string, dst netip.Prefix) error  { return bridge.RouteHost(br, dst) }
+func (bridgeHostRoutes) Del(br string, dst netip.Prefix) error  { return bridge.UnrouteHost(br, dst) }
+
+// bridgeFrames is a bridge's forwarding database, read for when it last
+// had a frame from each MAC it learnt on a port; netlinkFrames is the
+// kernel's, tests use a fake.
+type bridgeFrames interface {
+	LastFrames(bridge string) (map[string]time.Time, error)
+}
+
+// clockTick is the unit of the kernel's "ago" times in neighbour and
+// forwarding entries (clock_t, USER_HZ = 100).
+const clockTick = 10 * time.Millisecond
+
+type netlinkFrames struct{}
+
+// LastFrames reads the bridge's learnt entries (`bridge fdb show br BRIDGE
+// dynamic`): their "updated" time is the last frame from the MAC.
+func (netlinkFrames) LastFrames(bridge string) (map[string]time.Time, error) {
+	br, err := netlink.LinkByName(bridge)
+	if err != nil {
+		return nil, err
+	}
+	var entries []netlink.Neigh
+	for try := 0; ; try++ {
+		entries, err = netlink.NeighListExecute(netlink.Ndmsg{Family: unix.AF_BRIDGE})
+		if !errors.Is(err, netlink.ErrDumpInterrupted) || try == 2 {
+			break
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	out := map[string]time.Time{}
+	for _, n := range entries {
+		if n.MasterIndex != br.Attrs().Index || n.State&(netlink.NUD_PERMANENT|netlink.NUD_NOARP) != 0 || len(n.HardwareAddr) != 6 {
+			continue // another bridge's, or a local or static entry
+		}
+		t := now.Add(-time.Duration(n.Updated) * clockTick)
+		if mac := n.HardwareAddr.String(); t.After(out[mac]) {
+			out[mac] = t
+		}
+	}
+	return out, nil
+}
+
+// awaitedMACs is the set of migrating guests' MACs a claims pass waits to
+// hear, shared with watchFrames.
+type awaitedMACs struct {
+	mu   sync.Mutex
+	macs map[string]bool
+}
+
+func (a *awaitedMACs) set(vms map[string]string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.macs = map[string]bool{}
+	for _, mac := range vms {
+		a.macs[mac] = true
+	}
+}
+
+func (a *awaitedMACs) has(mac string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.macs[mac]
+}
+
+func (a *awaitedMACs) empty() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.macs) == 0
+}
+
+// watchFrames calls poke when a bridge of the node learns an awaited MAC
+// (the kernel says so when a MAC is new to a bridge or comes from another
+// port): a migrated guest's first frames on this node, its gratuitous ARP
+// and unsolicited neighbour advertisements, wake a claims pass at once.
+// It subscribes again after a failure; the pass's poll covers the gap.
+func watchFrames(ctx context.Context, awaited *awaitedMACs, poke func(), log *slog.Logger) {
+	for ctx.Err() == nil {
+		ch := make(chan netlink.NeighUpdate, 64)
+		done := make(chan struct{})
+		err := netlink.NeighSubscribeWithOptions(ch, done, netlink.NeighSubscribeOptions{
+			ErrorCallback: func(err error) { log.Debug("watching the bridge's forwarding database", "err", err) },
+		})
+		if err != nil {
+			log.Warn("watching the bridge's forwarding database: live migrations are noticed by polling", "err", err)
+		} else {
+		updates:
+			for {
+				select {
+				case <-ctx.Done():
+					break updates
+				case u, ok := <-ch:
+					if !ok {
+						break updates
+					}
+					if u.Type == unix.RTM_NEWNEIGH && u.Family == unix.AF_BRIDGE && awaited.has(u.HardwareAddr.String()) {
+						poke()
+					}
+				}
+			}
+		}
+		close(done)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// applyClaim makes one call of the plan; update and delete only if the
+// claim is still as it was read.
+func applyClaim(ctx context.Context, api dynamic.NamespaceableResourceInterface, a claimAction) error {
+	ns, name := splitVM(a.VM)
+	if a.Op == "delete" {
+		return api.Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &a.ResourceVersion}})
+	}
+	var status map[string]any
+	b, _ := json.Marshal(a.Status)
+	if err := json.Unmarshal(b, &status); err != nil {
+		return err
+	}
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": vmClaimGVR.GroupVersion().String(),
+		"kind":       "VMClaim",
+		"metadata":   map[string]any{"name": name, "namespace": ns},
+		"status":     status,
+	}}
+	if a.Op == "create" {
+		_, err := api.Namespace(ns).Create(ctx, obj, metav1.CreateOptions{})
+		return err
+	}
+	obj.SetResourceVersion(a.ResourceVersion)
+	_, err := api.Namespace(ns).Update(ctx, obj, metav1.UpdateOptions{})
+	return err
+}
