@@ -42,6 +42,20 @@ type target struct {
 	held func(dir string) ([]string, error)
 }
 
+// floorTargets are the netlinkfloor plugin in both modes.
+func floorTargets() []target {
+	floor := func(vm bool) func(string) map[string]any {
+		return func(string) map[string]any {
+			return map[string]any{"type": "netlinkfloor", "bridge": "nlfbr0", "subnet": subnet, "vm": vm}
+		}
+	}
+	none := func(string) ([]string, error) { return nil, nil }
+	return []target{
+		{name: floorName, bridge: "nlfbr0", plugin: floor(false), held: none},
+		{name: floorName + "-vm", bridge: "nlfbr0", plugin: floor(true), held: none},
+	}
+}
+
 func targets() []target {
 	vmlane := func(vm bool) func(string) map[string]any {
 		return func(dir string) map[string]any {

@@ -4,13 +4,18 @@
 // host-local IPAM), and prints a table of both and the ratios of vmlane to
 // the reference. `make bench` runs it:
 //
-//	go run ./internal/bench/cnibench -vmlane bin/vmlane -ref .cache/cni-plugins/v1.9.1
+//	go build -o .cache/bench/ ./internal/bench/netlinkfloor
+//	go run ./internal/bench/cnibench -vmlane bin/vmlane -ref .cache/cni-plugins/v1.9.1 -floor .cache/bench/netlinkfloor
 //
 // Flags:
 //
 //	-vmlane PATH     the vmlane plugin binary (required)
 //	-ref DIR         folder holding the reference bridge and host-local
 //	                 binaries (required)
+//	-floor PATH      the netlinkfloor plugin (internal/bench/netlinkfloor):
+//	                 adds the targets floor and floor-vm, the same kernel
+//	                 work as vmlane's ADD and nothing else, and a table of
+//	                 vmlane's ADD over theirs (goal: p50 at most 1.5)
 //	-n N             timed iterations per target and mode (default 150)
 //	-concurrency C   workers of the concurrent mode, and pod namespaces per
 //	                 target (default 16)
@@ -19,13 +24,14 @@
 //
 // # Targets
 //
-// Three plugin configs run in the same process, each with the same kind of
+// The plugin configs run in the same process, each with the same kind of
 // node: a fresh "node" network namespace of its own that holds its bridge
 // (so bridges never collide), and the same subnet, 10.251.0.0/16.
 //
 //	vmlane             vmlane, "vm": false: veth, address in the pod
 //	vmlane-vm          vmlane, "vm": true: veth, TAP, tc redirect both ways
 //	bridge+host-local  bridge, isGateway, no ipMasq; host-local IPAM
+//	floor, floor-vm    netlinkfloor (with -floor), plain and VM
 //
 // vmlane's lease file, host-local's dataDir and libcni's cache live in one
 // temp folder, so both stores sit on the same file system.

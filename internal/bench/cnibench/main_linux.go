@@ -27,6 +27,7 @@ var names = benchns.Names{
 type config struct {
 	vmlane      string
 	ref         string
+	floor       string
 	n           int
 	concurrency int
 	warmup      int
@@ -38,6 +39,7 @@ func main() {
 	fs := flag.NewFlagSet("cnibench", flag.ContinueOnError)
 	fs.StringVar(&cfg.vmlane, "vmlane", "", "the vmlane plugin binary (required)")
 	fs.StringVar(&cfg.ref, "ref", "", "folder holding the reference bridge and host-local binaries (required)")
+	fs.StringVar(&cfg.floor, "floor", "", "the netlinkfloor plugin binary: adds the floor targets and their ratio table")
 	fs.IntVar(&cfg.n, "n", 150, "timed ADD+DEL iterations per target and mode")
 	fs.IntVar(&cfg.concurrency, "concurrency", 16, "workers of the concurrent mode, and pod namespaces per target")
 	fs.IntVar(&cfg.warmup, "warmup", 5, "uncounted iterations per target before timing")
@@ -46,7 +48,7 @@ func main() {
 		os.Exit(2)
 	}
 	if cfg.vmlane == "" || cfg.ref == "" || cfg.n < 1 || cfg.concurrency < 1 || cfg.warmup < 0 || cfg.rounds < 1 || fs.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "usage: cnibench -vmlane BIN/vmlane -ref DIR [-n 150] [-concurrency 16] [-warmup 5] [-rounds 4]")
+		fmt.Fprintln(os.Stderr, "usage: cnibench -vmlane BIN/vmlane -ref DIR [-floor BIN/netlinkfloor] [-n 150] [-concurrency 16] [-warmup 5] [-rounds 4]")
 		os.Exit(2)
 	}
 	names.Main(func(ctx context.Context) error { return run(ctx, cfg, os.Stdout, os.Stderr) })
@@ -72,7 +74,11 @@ func run(ctx context.Context, cfg config, out, log io.Writer) (err error) {
 		return err
 	}
 	var benches []*bench
-	for _, t := range targets() {
+	ts := targets()
+	if cfg.floor != "" {
+		ts = append(ts, floorTargets()...)
+	}
+	for _, t := range ts {
 		b, err := newBench(ctx, t, tmp, binDir, r, cfg.concurrency)
 		if err != nil {
 			return err
@@ -87,7 +93,14 @@ func run(ctx context.Context, cfg config, out, log io.Writer) (err error) {
 		return err
 	}
 	fmt.Fprintln(out)
-	return writeRatios(out, all, refName)
+	if err := writeRatios(out, all, refName); err != nil {
+		return err
+	}
+	if cfg.floor == "" {
+		return nil
+	}
+	fmt.Fprintln(out)
+	return writeFloorRatios(out, all)
 }
 
 // linkPlugins makes the folder libcni searches: vmlane, bridge and
@@ -98,11 +111,15 @@ func linkPlugins(tmp string, cfg config) (string, error) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return "", err
 	}
-	for name, src := range map[string]string{
+	bins := map[string]string{
 		"vmlane":     cfg.vmlane,
 		"bridge":     filepath.Join(cfg.ref, "bridge"),
 		"host-local": filepath.Join(cfg.ref, "host-local"),
-	} {
+	}
+	if cfg.floor != "" {
+		bins["netlinkfloor"] = cfg.floor
+	}
+	for name, src := range bins {
 		abs, err := benchns.Executable(src, "plugin binary")
 		if err != nil {
 			return "", err

@@ -83,6 +83,42 @@ func writeRatios(w io.Writer, ss []series, ref string) error {
 	return tw.Flush()
 }
 
+// floorName names the floor targets: netlinkfloor, the same kernel work
+// as vmlane's ADD and nothing else (plain, and VM with floorName-vm).
+const floorName = "floor"
+
+// writeFloorRatios prints vmlane's ADD against the floor's, each mode:
+// vmlane over floor, vmlane-vm over floor-vm. The goal is 1.5 at p50.
+func writeFloorRatios(w io.Writer, ss []series) error {
+	find := func(plugin, mode string) (series, bool) {
+		for _, s := range ss {
+			if s.Plugin == plugin && s.Mode == mode && s.Op == "ADD" {
+				return s, true
+			}
+		}
+		return series{}, false
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "ADD, ratio to the floor\tmode\tp50\tp99\tgoal p50 ≤ 1.5\t\n")
+	for _, s := range ss {
+		floor := map[string]string{"vmlane": floorName, "vmlane-vm": floorName + "-vm"}[s.Plugin]
+		if floor == "" || s.Op != "ADD" {
+			continue
+		}
+		f, ok := find(floor, s.Mode)
+		if !ok {
+			continue
+		}
+		p50 := ratio(s.quantile(0.50), f.quantile(0.50))
+		verdict := "met"
+		if p50 > 1.5 {
+			verdict = "missed"
+		}
+		fmt.Fprintf(tw, "%s / %s\t%s\t%.2f\t%.2f\t%s\t\n", s.Plugin, floor, s.Mode, p50, ratio(s.quantile(0.99), f.quantile(0.99)), verdict)
+	}
+	return tw.Flush()
+}
+
 func ratio(a, b time.Duration) float64 {
 	if b == 0 {
 		return math.Inf(1)

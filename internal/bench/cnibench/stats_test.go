@@ -58,3 +58,32 @@ func TestTables(t *testing.T) {
 		t.Errorf("tables (-want +got):\n%s", diff)
 	}
 }
+
+func TestFloorRatios(t *testing.T) {
+	d := func(ms ...int) []time.Duration {
+		var out []time.Duration
+		for _, m := range ms {
+			out = append(out, time.Duration(m)*time.Millisecond)
+		}
+		return out
+	}
+	ss := []series{
+		{Plugin: "vmlane", Mode: "sequential", Op: "ADD", Lat: d(12, 20)},
+		{Plugin: "vmlane", Mode: "sequential", Op: "DEL", Lat: d(90, 90)}, // DEL has no floor row
+		{Plugin: "vmlane-vm", Mode: "sequential", Op: "ADD", Lat: d(20, 40)},
+		{Plugin: floorName, Mode: "sequential", Op: "ADD", Lat: d(10, 20)},
+		{Plugin: floorName + "-vm", Mode: "sequential", Op: "ADD", Lat: d(10, 20)},
+		{Plugin: "vmlane", Mode: "concurrent(2)", Op: "ADD", Lat: d(10, 10)}, // no floor in this mode
+	}
+	var b strings.Builder
+	if err := writeFloorRatios(&b, ss); err != nil {
+		t.Fatal(err)
+	}
+	want := `  ADD, ratio to the floor        mode   p50   p99  goal p50 ≤ 1.5
+           vmlane / floor  sequential  1.20  1.00             met
+     vmlane-vm / floor-vm  sequential  2.00  2.00          missed
+`
+	if diff := cmp.Diff(want, b.String()); diff != "" {
+		t.Errorf("floor table (-want +got):\n%s", diff)
+	}
+}
