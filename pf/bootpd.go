@@ -38,25 +38,26 @@ func ReadIgnoreClientID(data []byte) (value, present bool, err error) {
 	if err != nil {
 		return false, false, err
 	}
-	return ignoreClientID(dict)
+	value, present = ignoreClientID(dict)
+	return value, present, nil
 }
 
-func ignoreClientID(dict map[string]any) (value, present bool, err error) {
+func ignoreClientID(dict map[string]any) (value, present bool) {
 	v, ok := dict[KeyIgnoreClientID]
 	if !ok {
-		return false, false, nil
+		return false, false
 	}
 	switch v := v.(type) {
 	case bool:
-		return v, true, nil
+		return v, true
 	case uint64:
-		return v != 0, true, nil
+		return v != 0, true
 	case int64:
-		return v != 0, true, nil
+		return v != 0, true
 	case float64:
-		return v != 0, true, nil
+		return v != 0, true
 	}
-	return false, true, nil
+	return false, true
 }
 
 // EditBootpdPlist returns data with dhcp_ignore_client_identifier set to
@@ -68,10 +69,7 @@ func EditBootpdPlist(data []byte, want Previous) ([]byte, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	v, present, err := ignoreClientID(dict)
-	if err != nil {
-		return nil, false, err
-	}
+	v, present := ignoreClientID(dict)
 	if want.Absent && !present || !want.Absent && present && v == want.Value {
 		return data, false, nil
 	}

@@ -26,6 +26,8 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/vmlane/vmlane/internal/netaddr"
 )
 
 type conf struct {
@@ -63,7 +65,7 @@ func add(args *skel.CmdArgs) error {
 		if err := netlink.LinkAdd(b); err != nil {
 			return err
 		}
-		if err := netlink.AddrAdd(b, &netlink.Addr{IPNet: prefixNet(netip.PrefixFrom(gw, subnet.Bits()))}); err != nil {
+		if err := netlink.AddrAdd(b, &netlink.Addr{IPNet: netaddr.IPNet(netip.PrefixFrom(gw, subnet.Bits()))}); err != nil {
 			return err
 		}
 		if err := netlink.LinkSetUp(b); err != nil {
@@ -100,7 +102,7 @@ func add(args *skel.CmdArgs) error {
 			return err
 		}
 		if !c.VM {
-			if err := netlink.AddrAdd(pod, &netlink.Addr{IPNet: prefixNet(addr)}); err != nil {
+			if err := netlink.AddrAdd(pod, &netlink.Addr{IPNet: netaddr.IPNet(addr)}); err != nil {
 				return err
 			}
 			return netlink.RouteAdd(&netlink.Route{LinkIndex: pod.Attrs().Index, Gw: gw.AsSlice()})
@@ -132,7 +134,7 @@ func add(args *skel.CmdArgs) error {
 	}
 	r := &current.Result{CNIVersion: current.ImplementedSpecVersion,
 		Interfaces: []*current.Interface{{Name: args.IfName, Sandbox: args.Netns}},
-		IPs:        []*current.IPConfig{{Interface: current.Int(0), Address: *prefixNet(addr), Gateway: gw.AsSlice()}}}
+		IPs:        []*current.IPConfig{{Interface: current.Int(0), Address: *netaddr.IPNet(addr), Gateway: gw.AsSlice()}}}
 	return types.PrintResult(r, c.CNIVersion)
 }
 
@@ -171,8 +173,4 @@ func del(args *skel.CmdArgs) error {
 		}
 		return nil
 	})
-}
-
-func prefixNet(p netip.Prefix) *net.IPNet {
-	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
