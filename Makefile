@@ -182,12 +182,12 @@ darwin:
 	@# (.github/workflows/macos.yml runs those with sudo).
 	@if [ "$$(uname -s)" = Darwin ]; then $(GO) test -count=1 ./...; fi
 
-## bench: benchmark tables (lease store; CNI ADD/DEL against bridge+host-local and ADD against a bare netlink floor; DHCP against dnsmasq, quiet and with busy guests; anti-spoofing table operations; 5,000-node route sync; routes-only at 5,000 Nodes with 1% VM nodes: label convergence, CPU, RSS; 5,000 Nodes with 10,000 VMs away from home against none: sync, RSS, claim-to-route; BGP: 5,000 prefixes to bird against bird; VXLAN: iperf3 through the tunnel against a direct route)
+## bench: benchmark tables (lease store; CNI ADD/DEL against bridge+host-local, new and repeated container IDs, with and without vmlaned, and ADD against a bare netlink floor; DHCP against dnsmasq, quiet and with busy guests; anti-spoofing table operations; 5,000-node route sync; routes-only at 5,000 Nodes with 1% VM nodes: label convergence, CPU, RSS; 5,000 Nodes with 10,000 VMs away from home against none: sync, RSS, claim-to-route; BGP: 5,000 prefixes to bird against bird; VXLAN: iperf3 through the tunnel against a direct route)
 bench: deps build cni-reference controlplane
 	@mkdir -p $(CACHE)
 	set -o pipefail; $(GO) test -run '^$$' -bench . -benchtime 2s ./leases | tee $(CACHE)/bench-leases.txt | $(GO) run ./internal/bench/benchtable
 	$(GO) build -o $(CACHE)/bench/ ./internal/bench/netlinkfloor
-	set -o pipefail; $(GO) run ./internal/bench/cnibench -vmlane $(BIN)/vmlane -ref $(CNI_PLUGINS_DIR) -floor $(CACHE)/bench/netlinkfloor | tee $(CACHE)/bench-cni.txt
+	set -o pipefail; $(GO) run ./internal/bench/cnibench -vmlane $(BIN)/vmlane -vmlaned $(BIN)/vmlaned -ref $(CNI_PLUGINS_DIR) -floor $(CACHE)/bench/netlinkfloor | tee $(CACHE)/bench-cni.txt
 	set -o pipefail; $(GO) run ./internal/bench/dhcpbench -vmlaned $(BIN)/vmlaned | tee $(CACHE)/bench-dhcp.txt
 	set -o pipefail; $(GO) run ./internal/bench/dhcpbench -vmlaned $(BIN)/vmlaned -contention both | tee $(CACHE)/bench-dhcp-busy.txt
 	set -o pipefail; $(GO) run ./internal/bench/dhcpbench -vmlaned $(BIN)/vmlaned -family 6 | tee $(CACHE)/bench-dhcp6.txt

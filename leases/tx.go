@@ -32,6 +32,14 @@ type ReserveRequest struct {
 	// ([WithSubnet6]); zero allocates one. A CNI reservation of a
 	// dual-stack store always gets one.
 	IP6 netip.Addr
+	// Prefer and Prefer6 are addresses allocation tries first, when
+	// allocation could pick them at all (free, in the pool, not excluded,
+	// their derived MAC free); otherwise it goes on as without them, and
+	// the round-robin cursor does not move. Unlike IP they ask for
+	// nothing: the CNI plugin passes the addresses an attachment of the
+	// same key had before (a runtime retrying with the same container
+	// ID), whose anti-spoofing entry then stays as it is.
+	Prefer, Prefer6 netip.Addr
 	// MAC is the client's MAC. When empty and MACFor is set, MACFor
 	// derives it from the allocated address (VM NICs get a stable MAC
 	// derived from their IP). Required for DHCP leases.
@@ -152,7 +160,7 @@ func (tx *Tx) Reserve(req ReserveRequest) (Lease, error) {
 		Created:     tx.now,
 		Expires:     normTime(req.Expires),
 	}
-	if !req.IP.IsValid() {
+	if !req.IP.IsValid() && ip != req.Prefer.Unmap() {
 		tx.f.LastReserved = ip
 	}
 	tx.mustWrite()
@@ -261,6 +269,9 @@ func (tx *Tx) allocate(req ReserveRequest, held map[netip.Addr]*Lease) (netip.Ad
 			return err == nil && macHeld[m]
 		}
 		return false
+	}
+	if p := req.Prefer.Unmap(); p.IsValid() && pool.contains(p) && !(req.Exclude.First.IsValid() && req.Exclude.contains(p)) && !isHeld(p) {
+		return p, nil
 	}
 	ip, ok := allocate(pool, f.LastReserved, req.Exclude, isHeld, len(held)+len(macHeld)+1)
 	if !ok {

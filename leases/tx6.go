@@ -42,6 +42,9 @@ func (tx *Tx) reserve6(req ReserveRequest) (netip.Addr, error) {
 		return want, nil
 	}
 	isHeld := func(a netip.Addr) bool { return held[a] != nil || a == f.Gateway6 }
+	if p := req.Prefer6; p.IsValid() && f.Subnet6.Contains(p) && pool.contains(p) && !isHeld(p) {
+		return p, nil
+	}
 	ip6, ok := allocate(pool, f.LastReserved6, Pool{}, isHeld, len(held)+1)
 	if !ok {
 		return netip.Addr{}, fmt.Errorf("subnet6 %s is full (%d leases hold an address of it): %w", f.Subnet6, len(held), ErrExhausted)

@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/containernetworking/cni/libcni"
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/vmlane/vmlane/internal/antispoof"
 	"github.com/vmlane/vmlane/internal/testing/netnstest"
 	"github.com/vmlane/vmlane/internal/testing/privtest"
 	"github.com/vmlane/vmlane/leases"
@@ -343,4 +345,90 @@ func TestDualStackPodsReachEachOther(t *testing.T) {
 		t.Errorf("leases after DEL: %v", ls)
 	}
 	n.assertClean(pods...)
+}
+
+// TestCNIAddAgainKeepsAntiSpoofEntry: DEL leaves the port's anti-spoofing
+// entry to vmlaned; an ADD of the same attachment (a runtime retrying with
+// the same container ID) gets the address that entry names when it is
+// free, so the entry stays as it is rather than being replaced (a delete,
+// which waits for an RCU grace period under the node's nftables lock).
+// When another pod took that address meanwhile, ADD gets another and the
+// entry is replaced: the port may never send as the other pod.
+func TestCNIAddAgainKeepsAntiSpoofEntry(t *testing.T) {
+	n := newNode(t, "10.250.12.0/24")
+	pod := netnstest.New(t, "pod")
+	list := n.conf("1.1.0", false, nil)
+	rt := podRT("c1", pod)
+	port := plugin.HostVethName(leases.Key{ContainerID: "c1", IfName: "eth0"})
+	entries := func() []string {
+		t.Helper()
+		var ps []antispoof.Port
+		if err := n.in(func() error {
+			var err error
+			ps, err = antispoof.Table{}.Ports()
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, p := range ps {
+			if p.Name == port {
+				got = append(got, p.String())
+			}
+		}
+		return got
+	}
+	addIP := func(rt *libcni.RuntimeConf) string {
+		t.Helper()
+		r, err := n.add(list, rt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.IPs[0].Address.IP.String()
+	}
+	first := addIP(rt)
+	want := entries()
+	if err := n.del(list, rt); err != nil {
+		t.Fatal(err)
+	}
+	if got := entries(); !slices.Equal(got, want) {
+		t.Fatalf("after DEL the port's entries are %q, want %q left for vmlaned", got, want)
+	}
+	other := netnstest.New(t, "other")
+	if ip := addIP(podRT("c2", other)); ip == first {
+		t.Fatalf("another attachment got %s, the address just released", ip)
+	}
+	if again := addIP(rt); again != first {
+		t.Errorf("ADD again of c1 got %s, want %s, the address its entry names", again, first)
+	}
+	if got := entries(); !slices.Equal(got, want) {
+		t.Errorf("after ADD again the port's entries are %q, want %q unchanged", got, want)
+	}
+
+	// c1's address taken by c3 between c1's DEL and its next ADD.
+	if err := n.del(list, rt); err != nil {
+		t.Fatal(err)
+	}
+	third := netnstest.New(t, "third")
+	rt3 := podRT("c3", third)
+	rt3.CapabilityArgs = map[string]any{"ips": []string{first}}
+	if ip := addIP(rt3); ip != first {
+		t.Fatalf("c3 asked for %s and got %s", first, ip)
+	}
+	again := addIP(rt)
+	if again == first {
+		t.Fatalf("c1 got %s, c3's address", again)
+	}
+	if got := entries(); len(got) != 1 || strings.Fields(got[0])[2] != again {
+		t.Errorf("after c1's ADD on a new address the port's entries are %q, want one naming %s only", got, again)
+	}
+	for _, p := range []struct {
+		rt  *libcni.RuntimeConf
+		pod *netnstest.NS
+	}{{rt, pod}, {podRT("c2", other), other}, {rt3, third}} {
+		if err := n.del(list, p.rt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.assertClean(pod, other, third)
 }

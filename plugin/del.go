@@ -28,7 +28,8 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		// nftables commit lock, about 13 ms, which would serialize every
 		// DEL and ADD on the node behind each other. An entry whose port
 		// is gone matches no frame, and the name comes back only for the
-		// same attachment, whose ADD replaces it.
+		// same attachment, whose ADD gets the entry's address again when
+		// it is free (see earlier) and replaces the entry otherwise.
 		var errs []error
 		held, _ := c.lease(key)
 		if args.Netns != "" {

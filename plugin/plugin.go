@@ -269,6 +269,9 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 				return err
 			}
 		}
+		if c.Guard && !retried {
+			req.Prefer, req.Prefer6 = p.earlier(AntiSpoofTable(c.Bridge), hostIf, log)
+		}
 		lease, err := store.Reserve(req)
 		if err != nil {
 			return storeError(err)
@@ -438,6 +441,29 @@ func (c *Config) vmIdentity(pod leases.Pod) (string, error) {
 		return "", configError(field, c.VMName, err.Error())
 	}
 	return name, nil
+}
+
+// earlier returns the addresses the anti-spoofing table still gives the
+// port hostIf: those of an earlier attachment with the same key, which
+// DEL left in place (see Del). Allocating them again, when they are free,
+// leaves that entry exactly as the new lease needs it, so Guard writes
+// nothing; a different address would make Guard delete the entry, and a
+// transaction that deletes costs an RCU grace period, under the lock
+// every nftables change on the node takes. A runtime that retries with
+// the same container ID, or a kubelet that restarts, would pay it on
+// every ADD. Any error is no preference.
+func (p *Plugin) earlier(table, hostIf string, log *slog.Logger) (ip, ip6 netip.Addr) {
+	ports, err := p.dp.Guarded(table)
+	if err != nil {
+		log.Debug("reading anti-spoofing ports", "err", err)
+		return ip, ip6
+	}
+	for _, g := range ports {
+		if g.Name == hostIf {
+			return g.IP, g.IP6
+		}
+	}
+	return ip, ip6
 }
 
 // guard gives the port hostIf the lease's identity.

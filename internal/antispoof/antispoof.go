@@ -42,7 +42,10 @@
 //
 // Cost: a transaction that only adds takes about 1 ms; one that deletes
 // anything (a set element, a rule) waits for an RCU grace period, about
-// 13 ms, holding the netns's nftables commit lock meanwhile. So Add writes
+// 13 ms, holding the nftables commit lock meanwhile: the kernel frees what
+// was deleted from a work item after a grace period, and closing any
+// nftables netlink socket flushes that work under the lock
+// (nft_rcv_nl_event), so the deleter pays at its socket's close. So Add writes
 // the table only when it is missing, and callers batch their removals
 // (Remove takes many ports, Sync does everything in one transaction).
 package antispoof

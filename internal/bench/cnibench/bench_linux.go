@@ -8,14 +8,17 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/vmlane/vmlane/internal/bench/benchns"
+	"github.com/vmlane/vmlane/internal/testing/syncbuf"
 	"github.com/vmlane/vmlane/leases"
 )
 
@@ -40,6 +43,9 @@ type target struct {
 	plugin func(dir string) map[string]any
 	// held lists the addresses the plugin's store still holds.
 	held func(dir string) ([]string, error)
+	// daemon, when set, is vmlaned's command line in the target's node
+	// namespace, given the temp folder: it runs for the whole bench.
+	daemon func(dir string) []string
 }
 
 // floorTargets are the netlinkfloor plugin in both modes.
@@ -54,6 +60,20 @@ func floorTargets() []target {
 		{name: floorName, bridge: "nlfbr0", plugin: floor(false), held: none},
 		{name: floorName + "-vm", bridge: "nlfbr0", plugin: floor(true), held: none},
 	}
+}
+
+// daemonTarget is vmlane (plain) with vmlaned running beside it, as on a
+// node: standalone (--pod-cidr), on the same lease file, sweeping the
+// anti-spoofing entries DEL leaves every --anti-spoof-period.
+func daemonTarget(vmlaned string) target {
+	t := targets()[0]
+	t.name = "vmlane+vmlaned"
+	t.daemon = func(dir string) []string {
+		return []string{vmlaned, "--pod-cidr", subnet, "--lease-file", filepath.Join(dir, "leases.json"),
+			"--cni-conf-dir", filepath.Join(dir, "net.d"), "--anti-spoof-period", "2s",
+			"--health-addr", "127.0.0.1:19465", "--metrics-addr", "127.0.0.1:19464"}
+	}
+	return t
 }
 
 func targets() []target {
@@ -134,6 +154,10 @@ type bench struct {
 	list *libcni.NetworkConfigList
 	node *benchns.NS
 	pods []*benchns.NS
+	// daemon is the target's vmlaned, if any, and its log.
+	daemon *exec.Cmd
+	exited chan struct{}
+	logs   syncbuf.Buffer
 }
 
 func newBench(ctx context.Context, t target, tmp, binDir string, nss *benchns.Run, pool int) (*bench, error) {
@@ -165,7 +189,63 @@ func newBench(ctx context.Context, t target, tmp, binDir string, nss *benchns.Ru
 		}
 		b.pods = append(b.pods, pod)
 	}
+	if t.daemon != nil {
+		if err := b.startDaemon(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return b, nil
+}
+
+// startDaemon starts the target's vmlaned in its node namespace and waits
+// until its DHCP server is up on the bridge, which it makes.
+func (b *bench) startDaemon(ctx context.Context) error {
+	if err := b.node.IP(ctx, "link", "set", "lo", "up"); err != nil {
+		return err
+	}
+	args := b.target.daemon(b.dir)
+	b.daemon = b.node.Command(args[0], args[1:]...)
+	b.daemon.Stdout, b.daemon.Stderr = &b.logs, &b.logs
+	if err := b.daemon.Start(); err != nil {
+		return fmt.Errorf("%s: starting vmlaned: %w", b.name, err)
+	}
+	exited := make(chan struct{})
+	b.exited = exited
+	go func() { b.daemon.Wait(); close(exited) }()
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(b.logs.String(), "DHCP server up"); {
+		select {
+		case <-exited:
+			return fmt.Errorf("%s: vmlaned exited:\n%s", b.name, b.logs.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: vmlaned's DHCP server not up after 30s:\n%s", b.name, b.logs.String())
+		}
+	}
+	return nil
+}
+
+// stop ends the target's vmlaned, if any, and reports how it ended: it
+// must still have been running.
+func (b *bench) stop() error {
+	if b.daemon == nil {
+		return nil
+	}
+	select {
+	case <-b.exited:
+		return fmt.Errorf("%s: vmlaned exited during the bench:\n%s", b.name, b.logs.String())
+	default:
+	}
+	if err := b.daemon.Process.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	select {
+	case <-b.exited:
+		return nil
+	case <-time.After(10 * time.Second):
+		b.daemon.Process.Kill()
+		return fmt.Errorf("%s: vmlaned still running 10s after SIGTERM", b.name)
+	}
 }
 
 // iterate runs one ADD and then one DEL of attachment id in pod and times
@@ -205,7 +285,11 @@ func (b *bench) iterate(ctx context.Context, id string, pod *benchns.NS) (add, d
 // is never another worker's. Container IDs are tag-i: unique within the
 // target, and in the characters the CNI spec allows. The first error stops
 // every worker.
-func (b *bench) run(ctx context.Context, tag string, lo, hi, workers int, add, del *series) error {
+//
+// With ids > 0 the container IDs repeat: tag-(i mod ids), as a runtime
+// that retries, or a kubelet that restarts, uses an ID again. ids is a
+// multiple of workers, so an ID is always the same worker's.
+func (b *bench) run(ctx context.Context, tag string, lo, hi, workers, ids int, add, del *series) error {
 	if len(b.pods)%workers != 0 {
 		return fmt.Errorf("%d pod namespaces cannot be shared among %d workers", len(b.pods), workers)
 	}
@@ -215,7 +299,11 @@ func (b *bench) run(ctx context.Context, tag string, lo, hi, workers int, add, d
 	for w := range workers {
 		wg.Go(func() {
 			for i := lo + w; i < hi && ctx.Err() == nil; i += workers {
-				a, d, err := b.iterate(ctx, fmt.Sprintf("%s-%d", tag, i), b.pods[i%len(b.pods)])
+				id := i
+				if ids > 0 {
+					id = i % ids
+				}
+				a, d, err := b.iterate(ctx, fmt.Sprintf("%s-%d", tag, id), b.pods[i%len(b.pods)])
 				if err != nil {
 					cancel(err)
 					return
@@ -277,13 +365,28 @@ func measure(ctx context.Context, benches []*bench, cfg config, log io.Writer) (
 		}
 	}
 	var out []series
+	conc := fmt.Sprintf("concurrent(%d)", cfg.concurrency)
 	for _, m := range []struct {
 		mode, tag string
 		workers   int
+		ids       int
 	}{
-		{"sequential", "seq", 1},
-		{fmt.Sprintf("concurrent(%d)", cfg.concurrency), "conc", cfg.concurrency},
+		{"sequential", "seq", 1, 0},
+		{conc, "conc", cfg.concurrency, 0},
+		{"sequential, same IDs", "rseq", 1, cfg.churnIDs},
+		{conc + ", same IDs", "rconc", cfg.concurrency, cfg.churnIDs},
 	} {
+		if m.ids > 0 {
+			// Round 1 of the repeated IDs, untimed: the timed
+			// iterations then all use an ID that has been added and
+			// deleted before.
+			for _, b := range benches {
+				scratch := series{Lat: make([]time.Duration, m.ids)}
+				if err := b.run(ctx, m.tag, 0, m.ids, m.workers, m.ids, &scratch, &scratch); err != nil {
+					return nil, err
+				}
+			}
+		}
 		adds := make([]series, len(benches))
 		dels := make([]series, len(benches))
 		spent := make([]time.Duration, len(benches))
@@ -298,7 +401,7 @@ func measure(ctx context.Context, benches []*bench, cfg config, log io.Writer) (
 			for k := range benches {
 				j := (r + k) % len(benches)
 				start, cpu0 := time.Now(), childCPU()
-				if err := benches[j].run(ctx, m.tag, lo, hi, m.workers, &adds[j], &dels[j]); err != nil {
+				if err := benches[j].run(ctx, m.tag, lo, hi, m.workers, m.ids, &adds[j], &dels[j]); err != nil {
 					return nil, err
 				}
 				spent[j] += time.Since(start)
@@ -308,12 +411,13 @@ func measure(ctx context.Context, benches []*bench, cfg config, log io.Writer) (
 		for j, b := range benches {
 			fmt.Fprintf(log, "cnibench: %s %s: %d ADD+DEL in %.1fs, plugin CPU %s per ADD+DEL\n",
 				b.name, m.mode, cfg.n, spent[j].Seconds(), ms(cpu[j]/time.Duration(cfg.n)))
+			adds[j].Wall, dels[j].Wall = spent[j], spent[j]
 			out = append(out, adds[j], dels[j])
 		}
 	}
 	var errs []error
 	for _, b := range benches {
-		errs = append(errs, b.leftovers(ctx))
+		errs = append(errs, b.stop(), b.leftovers(ctx))
 	}
 	return out, errors.Join(errs...)
 }

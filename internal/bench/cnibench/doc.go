@@ -5,13 +5,16 @@
 // the reference. `make bench` runs it:
 //
 //	go build -o .cache/bench/ ./internal/bench/netlinkfloor
-//	go run ./internal/bench/cnibench -vmlane bin/vmlane -ref .cache/cni-plugins/v1.9.1 -floor .cache/bench/netlinkfloor
+//	go run ./internal/bench/cnibench -vmlane bin/vmlane -vmlaned bin/vmlaned -ref .cache/cni-plugins/v1.9.1 -floor .cache/bench/netlinkfloor
 //
 // Flags:
 //
 //	-vmlane PATH     the vmlane plugin binary (required)
 //	-ref DIR         folder holding the reference bridge and host-local
 //	                 binaries (required)
+//	-vmlaned PATH    vmlaned: adds the target vmlane+vmlaned, vmlane with
+//	                 a standalone vmlaned running in its node namespace on
+//	                 the same lease file (--anti-spoof-period 2s)
 //	-floor PATH      the netlinkfloor plugin (internal/bench/netlinkfloor):
 //	                 adds the targets floor and floor-vm, the same kernel
 //	                 work as vmlane's ADD and nothing else, and a table of
@@ -21,6 +24,8 @@
 //	                 target (default 16)
 //	-warmup W        uncounted iterations per target before timing (default 5)
 //	-rounds R        turns the targets take within each mode (default 4)
+//	-churn-ids K     container IDs the same-IDs modes cycle through, a
+//	                 multiple of -concurrency (default 64)
 //
 // # Targets
 //
@@ -31,6 +36,7 @@
 //	vmlane             vmlane, "vm": false: veth, address in the pod
 //	vmlane-vm          vmlane, "vm": true: veth, TAP, tc redirect both ways
 //	bridge+host-local  bridge, isGateway, no ipMasq; host-local IPAM
+//	vmlane+vmlaned     vmlane with vmlaned beside it (with -vmlaned)
 //	floor, floor-vm    netlinkfloor (with -floor), plain and VM
 //
 // vmlane's lease file, host-local's dataDir and libcni's cache live in one
@@ -47,6 +53,15 @@
 // per target shared among -concurrency workers. Within a mode the targets
 // take -rounds turns of -n/rounds iterations each, so that a burst of
 // other load on the machine is shared by all rather than spoiling one.
+//
+// Two more modes repeat container IDs, as a runtime that retries or a
+// kubelet that restarts does: "sequential, same IDs" and "concurrent(C),
+// same IDs" cycle through -churn-ids IDs (an ID is always the same
+// worker's). An untimed first round adds and deletes each ID once, so
+// every timed ADD is of an ID added and deleted before. They guard what
+// DEL leaves behind on purpose (vmlane's anti-spoofing entry, which
+// vmlaned sweeps in batches): an ADD must not pay for it. The ratio table's
+// wall column is each mode's ADD+DEL wall time over the reference's.
 //
 // Pod namespaces come from a pool of -concurrency namespaces made before
 // the timed region and used round robin (a concurrent worker always uses

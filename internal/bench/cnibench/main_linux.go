@@ -32,6 +32,8 @@ type config struct {
 	concurrency int
 	warmup      int
 	rounds      int
+	churnIDs    int
+	vmlaned     string
 }
 
 func main() {
@@ -44,11 +46,14 @@ func main() {
 	fs.IntVar(&cfg.concurrency, "concurrency", 16, "workers of the concurrent mode, and pod namespaces per target")
 	fs.IntVar(&cfg.warmup, "warmup", 5, "uncounted iterations per target before timing")
 	fs.IntVar(&cfg.rounds, "rounds", 4, "turns the targets take within each mode")
+	fs.IntVar(&cfg.churnIDs, "churn-ids", 64, "container IDs the same-IDs modes cycle through (a multiple of -concurrency)")
+	fs.StringVar(&cfg.vmlaned, "vmlaned", "", "the vmlaned binary: adds the target vmlane+vmlaned, vmlane with vmlaned running beside it")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
-	if cfg.vmlane == "" || cfg.ref == "" || cfg.n < 1 || cfg.concurrency < 1 || cfg.warmup < 0 || cfg.rounds < 1 || fs.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "usage: cnibench -vmlane BIN/vmlane -ref DIR [-floor BIN/netlinkfloor] [-n 150] [-concurrency 16] [-warmup 5] [-rounds 4]")
+	if cfg.vmlane == "" || cfg.ref == "" || cfg.n < 1 || cfg.concurrency < 1 || cfg.warmup < 0 || cfg.rounds < 1 || fs.NArg() > 0 ||
+		cfg.churnIDs < 1 || cfg.churnIDs%cfg.concurrency != 0 {
+		fmt.Fprintln(os.Stderr, "usage: cnibench -vmlane BIN/vmlane -ref DIR [-vmlaned BIN/vmlaned] [-floor BIN/netlinkfloor] [-n 150] [-concurrency 16] [-warmup 5] [-rounds 4] [-churn-ids 64]")
 		os.Exit(2)
 	}
 	names.Main(func(ctx context.Context) error { return run(ctx, cfg, os.Stdout, os.Stderr) })
@@ -75,6 +80,13 @@ func run(ctx context.Context, cfg config, out, log io.Writer) (err error) {
 	}
 	var benches []*bench
 	ts := targets()
+	if cfg.vmlaned != "" {
+		abs, err := benchns.Executable(cfg.vmlaned, "vmlaned binary")
+		if err != nil {
+			return err
+		}
+		ts = append(ts, daemonTarget(abs))
+	}
 	if cfg.floor != "" {
 		ts = append(ts, floorTargets()...)
 	}

@@ -17,6 +17,9 @@ type series struct {
 	Op      string
 	Workers int // 1 for sequential
 	Lat     []time.Duration
+	// Wall is the wall time of the mode's ADD+DEL iterations, the same
+	// in its ADD and DEL series; zero when not measured.
+	Wall time.Duration
 }
 
 // quantile is the nearest-rank q-quantile (0 < q ≤ 1): the smallest
@@ -58,6 +61,8 @@ func writeTable(w io.Writer, ss []series) error {
 // writeRatios prints, for every series of a plugin other than ref, its p50
 // and p99 divided by those of ref's series of the same mode and operation.
 // The goal is a ratio of at most 1.0: vmlane no slower than the reference.
+// The wall column is the ratio of the mode's ADD+DEL wall times, which at
+// concurrency shows what the plugins' waits for each other cost.
 func writeRatios(w io.Writer, ss []series, ref string) error {
 	refs := map[[2]string]series{}
 	for _, s := range ss {
@@ -66,7 +71,7 @@ func writeRatios(w io.Writer, ss []series, ref string) error {
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "ratio to %s\tmode\top\tp50\tp99\tgoal ≤ 1.0\t\n", ref)
+	fmt.Fprintf(tw, "ratio to %s\tmode\top\tp50\tp99\twall\tgoal ≤ 1.0\t\n", ref)
 	for _, s := range ss {
 		r, ok := refs[[2]string{s.Mode, s.Op}]
 		if s.Plugin == ref || !ok {
@@ -78,7 +83,11 @@ func writeRatios(w io.Writer, ss []series, ref string) error {
 		if p50 > 1 || p99 > 1 {
 			verdict = "missed"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%.2f\t%s\t\n", s.Plugin, s.Mode, s.Op, p50, p99, verdict)
+		wall := "-"
+		if s.Wall > 0 && r.Wall > 0 {
+			wall = fmt.Sprintf("%.2f", ratio(s.Wall, r.Wall))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%.2f\t%s\t%s\t\n", s.Plugin, s.Mode, s.Op, p50, p99, wall, verdict)
 	}
 	return tw.Flush()
 }
