@@ -23,7 +23,7 @@ ACTIONLINT_VERSION = v1.7.12
 CNI_PLUGINS_VERSION = $(shell $(GO) list -m -f '{{.Version}}' github.com/containernetworking/plugins)
 CNI_PLUGINS_DIR     = $(CACHE)/cni-plugins/$(CNI_PLUGINS_VERSION)
 
-.PHONY: all build test deps lint unit e2e e2e-real e2e-hybrid e2e-cross fuzz darwin bench demo demo-hybrid demo-down guest udhcpc6 controlplane realnode flannel image cni-reference clean distclean
+.PHONY: all build test deps bench-deps lint unit e2e e2e-real e2e-hybrid e2e-cross fuzz darwin bench demo demo-hybrid demo-down guest udhcpc6 controlplane realnode flannel image cni-reference clean distclean
 
 all: build
 
@@ -43,6 +43,11 @@ deps:
 		echo "installing:$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
+
+## bench-deps: the Debian packages only `make bench` uses: ISC Kea, the
+## second DHCP server dhcpbench holds vmlaned against
+bench-deps:
+	@$(MAKE) --no-print-directory deps APT_PKGS="kea-dhcp4-server kea-dhcp6-server"
 
 ## guest: the QEMU test guest (Debian kernel + busybox initramfs), cached
 guest: deps
@@ -182,8 +187,8 @@ darwin:
 	@# (.github/workflows/macos.yml runs those with sudo).
 	@if [ "$$(uname -s)" = Darwin ]; then $(GO) test -count=1 ./...; fi
 
-## bench: benchmark tables (lease store; CNI ADD/DEL against bridge+host-local, new and repeated container IDs, with and without vmlaned, and ADD against a bare netlink floor; DHCP against dnsmasq, quiet and with busy guests; anti-spoofing table operations; 5,000-node route sync; routes-only at 5,000 Nodes with 1% VM nodes: label convergence, CPU, RSS; 5,000 Nodes with 10,000 VMs away from home against none: sync, RSS, claim-to-route; BGP: 5,000 prefixes to bird against bird; VXLAN: iperf3 through the tunnel against a direct route)
-bench: deps build cni-reference controlplane
+## bench: benchmark tables (lease store; CNI ADD/DEL against bridge+host-local, new and repeated container IDs, with and without vmlaned, and ADD against a bare netlink floor; DHCP and DHCPv6 against dnsmasq and ISC Kea, quiet and with busy guests; anti-spoofing table operations; 5,000-node route sync; routes-only at 5,000 Nodes with 1% VM nodes: label convergence, CPU, RSS; 5,000 Nodes with 10,000 VMs away from home against none: sync, RSS, claim-to-route; BGP: 5,000 prefixes to bird against bird; VXLAN: iperf3 through the tunnel against a direct route)
+bench: deps bench-deps build cni-reference controlplane
 	@mkdir -p $(CACHE)
 	set -o pipefail; $(GO) test -run '^$$' -bench . -benchtime 2s ./leases | tee $(CACHE)/bench-leases.txt | $(GO) run ./internal/bench/benchtable
 	$(GO) build -o $(CACHE)/bench/ ./internal/bench/netlinkfloor

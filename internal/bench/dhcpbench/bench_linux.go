@@ -104,6 +104,9 @@ func (b *bench) setup(ctx context.Context, nss *benchns.Run) error {
 		if err := b.staticNeighbors(ctx); err != nil {
 			return err
 		}
+		if err := b.untentative(ctx); err != nil {
+			return err
+		}
 	}
 	if b.gen, err = openLoadGen(b.load.Path, loadName, b.cfg.family); err != nil {
 		return err
@@ -280,6 +283,24 @@ func optionCodes(m *dhcpv4.DHCPv4) string {
 	}
 	slices.Sort(codes)
 	return strings.Trim(fmt.Sprint(codes), "[]")
+}
+
+// untentative waits until the bridge's link-local address has passed
+// duplicate address detection, which starts when the port joins: Kea binds
+// its DHCPv6 socket to that address, and cannot while it is tentative.
+func (b *bench) untentative(ctx context.Context) error {
+	for deadline := time.Now().Add(startTimeout); ; time.Sleep(50 * time.Millisecond) {
+		out, err := exec.CommandContext(ctx, "ip", "-n", b.srv.Name, "-6", "addr", "show", "dev", bridgeName, "tentative").Output()
+		if err != nil {
+			return fmt.Errorf("listing tentative addresses of %s: %w", bridgeName, err)
+		}
+		if len(strings.TrimSpace(string(out))) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s still has tentative addresses after %s: %s", bridgeName, startTimeout, out)
+		}
+	}
 }
 
 // staticNeighbors gives the server namespace a permanent neighbour entry

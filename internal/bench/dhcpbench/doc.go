@@ -1,10 +1,11 @@
 // Command dhcpbench measures whole DHCP exchanges (DISCOVER, OFFER,
 // REQUEST, ACK) from many distinct MACs against vmlaned's DHCP server and
-// against dnsmasq, the server it is held against, in the same run, and
-// prints a markdown table of exchanges per second and p50/p99 DORA
-// latency at each number of clients in flight, with the ratios of vmlaned
-// to dnsmasq. The goal is vmlaned's throughput ≥ dnsmasq's and its p99 ≤
-// dnsmasq's. `make bench` runs it:
+// against the servers it is held against, dnsmasq and ISC Kea, in the same
+// run, and prints a markdown table of exchanges per second and p50/p99
+// DORA latency at each number of clients in flight, with the ratios of
+// vmlaned to each. The goal is vmlaned's throughput ≥ each one's and its
+// p99 ≤ each one's. `make bench` runs it (`make bench-deps` installs
+// Debian's kea-dhcp4-server and kea-dhcp6-server):
 //
 //	go run ./internal/bench/dhcpbench -vmlaned bin/vmlaned
 //
@@ -12,6 +13,10 @@
 //
 //	-vmlaned PATH   the vmlaned binary (required)
 //	-dnsmasq PATH   the dnsmasq binary (default /usr/sbin/dnsmasq)
+//	-kea4 PATH      Kea's DHCP server, for -family 4 (default
+//	                /usr/sbin/kea-dhcp4); empty leaves Kea out
+//	-kea6 PATH      Kea's DHCPv6 server, for -family 6 (default
+//	                /usr/sbin/kea-dhcp6); empty leaves Kea out
 //	-levels L       clients in flight, comma-separated (default 1,16,64)
 //	-n N            timed exchanges per server and level (default 800)
 //	-rounds R       turns the servers take within a level (default 4)
@@ -47,7 +52,9 @@
 // and a veth port on it, and a load namespace holding the veth's other
 // end, where the clients are. vmlaned standalone (--pod-cidr) creates the
 // bridge with the gateway address and MTU and leaves it when it stops;
-// dnsmasq then serves the same bridge. One server runs at a time.
+// dnsmasq and Kea then serve the same bridge. One server runs at a time.
+// For DHCPv6 the bench waits until the bridge's link-local address has
+// passed duplicate address detection (Kea binds to it).
 //
 // Both servers serve the same reservations and nothing else: -warmup+1
 // plus -n MAC→IP pairs in 10.252.0.0/22 (wider if they do not fit), given
@@ -65,6 +72,17 @@
 // fsyncs its lease file before each ACK; vmlaned, as it runs on a node,
 // ACKs a CNI reservation's bind at once and writes it within
 // dhcp.LateBindDelay, batched (the reservation itself was on disk first).
+//
+// Kea gets a JSON config of the same: the reservations (by MAC; for
+// DHCPv6 by the DUID-LL of the MAC the clients send) in one subnet with no
+// pool, authoritative, the same options (the classless route as raw bytes,
+// which Kea 2.2 has no text form for), T1 and T2 from calculate-tee-times,
+// its memfile lease backend with the file in the turn's folder and no
+// lease file cleanup (lfc-interval 0), its PID, lock and DUID files there
+// too, and warnings only in its log. Kea's memfile appends one line per
+// lease change with write(2) and never fsyncs (strace of a run: 834
+// writes, no fsync or fdatasync), so of the three it does the least for
+// a lease to survive a crash.
 //
 // # Clients
 //

@@ -31,12 +31,15 @@ var names = benchns.Names{
 type config struct {
 	vmlaned string
 	dnsmasq string
-	levels  []int
-	n       int
-	rounds  int
-	warmup  int
-	timeout time.Duration
-	busy    contention
+	// kea4 and kea6 are ISC Kea's servers, held against as dnsmasq is;
+	// empty leaves Kea out.
+	kea4, kea6 string
+	levels     []int
+	n          int
+	rounds     int
+	warmup     int
+	timeout    time.Duration
+	busy       contention
 	// family is 4 (DHCP DORA) or 6 (DHCPv6 SOLICIT to REPLY).
 	family int
 }
@@ -55,6 +58,8 @@ func main() {
 	fs := flag.NewFlagSet("dhcpbench", flag.ContinueOnError)
 	fs.StringVar(&cfg.vmlaned, "vmlaned", "", "the vmlaned binary (required)")
 	fs.StringVar(&cfg.dnsmasq, "dnsmasq", "/usr/sbin/dnsmasq", "the dnsmasq binary")
+	fs.StringVar(&cfg.kea4, "kea4", "/usr/sbin/kea-dhcp4", "ISC Kea's DHCP server (-family 4); empty leaves Kea out")
+	fs.StringVar(&cfg.kea6, "kea6", "/usr/sbin/kea-dhcp6", "ISC Kea's DHCPv6 server (-family 6); empty leaves Kea out")
 	fs.StringVar(&levels, "levels", "1,16,64", "clients in flight, comma-separated")
 	fs.IntVar(&cfg.n, "n", 800, "timed exchanges per server and level")
 	fs.IntVar(&cfg.rounds, "rounds", 4, "turns the servers take within each level")
@@ -89,7 +94,7 @@ func main() {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "dhcpbench:", err)
 		}
-		fmt.Fprintln(os.Stderr, "usage: dhcpbench -vmlaned BIN/vmlaned [-dnsmasq /usr/sbin/dnsmasq] [-family 4|6] [-levels 1,16,64] [-n 800] [-rounds 4] [-warmup 32] [-timeout 2s] [-contention none|socket|cpu|both]")
+		fmt.Fprintln(os.Stderr, "usage: dhcpbench -vmlaned BIN/vmlaned [-dnsmasq /usr/sbin/dnsmasq] [-kea4 /usr/sbin/kea-dhcp4] [-kea6 /usr/sbin/kea-dhcp6] [-family 4|6] [-levels 1,16,64] [-n 800] [-rounds 4] [-warmup 32] [-timeout 2s] [-contention none|socket|cpu|both]")
 		os.Exit(2)
 	}
 	// A second signal kills at once (see Main); Pdeathsig takes the
@@ -101,7 +106,14 @@ func main() {
 // Whatever way it returns, it stops the servers and removes its
 // namespaces and temp folder first.
 func run(ctx context.Context, cfg config, out, log io.Writer) (err error) {
-	for _, p := range []*string{&cfg.vmlaned, &cfg.dnsmasq} {
+	kea := &cfg.kea4
+	if cfg.family == 6 {
+		kea = &cfg.kea6
+	}
+	for _, p := range []*string{&cfg.vmlaned, &cfg.dnsmasq, kea} {
+		if p == kea && *p == "" {
+			continue
+		}
 		if *p, err = benchns.Executable(*p, "server binary"); err != nil {
 			return err
 		}
@@ -156,14 +168,18 @@ func run(ctx context.Context, cfg config, out, log io.Writer) (err error) {
 	if cfg.family == 6 {
 		what, subnet = "DHCPv6 exchanges (SOLICIT, ADVERTISE, REQUEST, REPLY)", p.subnet6
 	}
-	fmt.Fprintf(out, "%s: vmlaned against %s, both in this run on one machine "+
+	refs, against := []string{"dnsmasq"}, dnsmasqVersion
+	if *kea != "" {
+		refs, against = append(refs, "kea"), against+" and "+keaVersion(*kea)
+	}
+	fmt.Fprintf(out, "%s: vmlaned against %s, all in this run on one machine "+
 		"(nproc %d, Linux %s), one server at a time on the same bridge; lease files on %s. "+
-		"%d CNI reservations in %s, served by both; per server and level %d timed exchanges, "+
+		"%d CNI reservations in %s, served by all; per server and level %d timed exchanges, "+
 		"each a first bind of a MAC of its own, in %s taken in turn; a reply not in %s is a timeout. Clients: %s.\n\n",
-		what, dnsmasqVersion,
+		what, against,
 		runtime.NumCPU(), unix.ByteSliceToString(uts.Release[:]), fsType(tmp),
 		len(p.warm)+len(p.timed), subnet, cfg.n, plural(cfg.rounds, "round"), cfg.timeout, cfg.busy)
-	return writeTable(out, rs, "vmlaned", "dnsmasq", cfg.timeout)
+	return writeTable(out, rs, "vmlaned", refs, cfg.timeout)
 }
 
 func plural(n int, what string) string {

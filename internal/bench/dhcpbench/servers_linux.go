@@ -38,7 +38,7 @@ type target struct {
 }
 
 func targets(cfg config, srvNS *benchns.NS, p plan) []target {
-	return []target{
+	ts := []target{
 		{
 			name:    "vmlaned",
 			prepare: func(dir string) error { return writeReservations(filepath.Join(dir, "leases.json"), p) },
@@ -56,6 +56,10 @@ func targets(cfg config, srvNS *benchns.NS, p plan) []target {
 			},
 		},
 	}
+	if (cfg.family == 4 && cfg.kea4 != "") || (cfg.family == 6 && cfg.kea6 != "") {
+		ts = append(ts, keaTarget(cfg, srvNS, p))
+	}
+	return ts
 }
 
 func vmlanedArgs(dir string, p plan) []string {

@@ -83,9 +83,10 @@ func fmtRatio(x float64) string {
 }
 
 // writeTable prints a markdown table: per level, a row per server, then a
-// ratio row of sut to ref, with the goal: throughput ≥ ref's and p99 ≤
-// ref's. Levels come in the order of their first result.
-func writeTable(w io.Writer, rs []result, sut, ref string, timeout time.Duration) error {
+// ratio row of sut to each of refs, with the goal: throughput ≥ the
+// reference's and p99 ≤ the reference's. Levels come in the order of their
+// first result.
+func writeTable(w io.Writer, rs []result, sut string, refs []string, timeout time.Duration) error {
 	rows := [][]string{{"server", "clients in flight", "exchanges", "exchanges/s", "p50", "p99", "timeouts", "server CPU/exchange", "goal"}}
 	var levels []int
 	for _, r := range rs {
@@ -107,21 +108,23 @@ func writeTable(w io.Writer, rs []result, sut, ref string, timeout time.Duration
 			})
 		}
 		s, okS := byServer[sut]
-		f, okF := byServer[ref]
-		if !okS || !okF {
-			continue
+		for _, ref := range refs {
+			f, okF := byServer[ref]
+			if !okS || !okF {
+				continue
+			}
+			tput := s.perSec() / f.perSec()
+			p99 := s.seconds(0.99) / f.seconds(0.99)
+			goal := "missed"
+			if tput >= 1 && p99 <= 1 {
+				goal = "met"
+			}
+			rows = append(rows, []string{
+				"**" + sut + "/" + ref + "**", fmt.Sprint(c), "", fmtRatio(tput),
+				fmtRatio(s.seconds(0.50) / f.seconds(0.50)), fmtRatio(p99), "",
+				fmtRatio(float64(s.cpuPer()) / float64(f.cpuPer())), goal,
+			})
 		}
-		tput := s.perSec() / f.perSec()
-		p99 := s.seconds(0.99) / f.seconds(0.99)
-		goal := "missed"
-		if tput >= 1 && p99 <= 1 {
-			goal = "met"
-		}
-		rows = append(rows, []string{
-			"**" + sut + "/" + ref + "**", fmt.Sprint(c), "", fmtRatio(tput),
-			fmtRatio(s.seconds(0.50) / f.seconds(0.50)), fmtRatio(p99), "",
-			fmtRatio(float64(s.cpuPer()) / float64(f.cpuPer())), goal,
-		})
 	}
 	return writeMarkdown(w, rows, []bool{false, true, true, true, true, true, true, true, false})
 }
