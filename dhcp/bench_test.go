@@ -10,8 +10,9 @@ import (
 )
 
 // BenchmarkLookupFresh833 is the check an early ACK waits for, on a file
-// of 833 CNI reservations that nobody changed: a read and a compare, no
-// decode and no copy of the leases (16 µs here; a copy made it 104 µs).
+// of 833 CNI reservations that nobody changed: a stat of the path against
+// the file the cache holds (4 µs here; the read and compare of the whole
+// file it replaced took 23 µs, and a copy of the leases 104 µs).
 func BenchmarkLookupFresh833(b *testing.B) {
 	path := filepath.Join(b.TempDir(), "leases.json")
 	st, _ := leases.Open(path, netip.MustParsePrefix("10.252.0.0/22"), netip.MustParseAddr("10.252.0.1"))

@@ -44,7 +44,7 @@ var _ Allocator = StoreAllocator{}
 // Call [StoreAllocator.Watch] to learn of changes by inotify instead of
 // reading the file (and comparing it with the last one) on every lookup.
 func NewStoreAllocator(s *leases.Store) StoreAllocator {
-	return StoreAllocator{Store: s, cache: &lookupCache{read: s.Snapshot, version: s.Version, path: s.Path()}, binds: &groupCommit{store: s}}
+	return StoreAllocator{Store: s, cache: &lookupCache{read: s.Snapshot, path: s.Path()}, binds: &groupCommit{store: s}}
 }
 
 // Watch keeps the lookup cache fresh by change notification on the lease
@@ -146,37 +146,40 @@ func unserved(ls []leases.Lease, mac string) leases.Lease {
 // never lock the lease file (the rename makes every read see a whole
 // file).
 //
-// Whether the file changed is told two ways. The cheap one is the file's
-// identity (inode, size, mtime): a changed identity is a changed file. The
-// converse does not hold: after a CNI DEL and ADD a rewritten file often
-// has the inode of the one before (ext4 hands a freed inode out again at
-// once), the same size and, within one tick of the file system's clock,
-// the same mtime. An answer from such a stale view is harmless where every
-// decision that depends on it is made again under the lease file's lock
-// (an OFFER, a NAK, a bind written before its ACK). It is not harmless for
-// an ACK sent before its bind is written (a CNI reservation's, see
-// bindLater): trusting the identity there ACKed a REQUEST for an address
-// that had gone to another pod. So lookupFresh, which that ACK waits for,
-// decides by content ([leases.Store.Version]: a read and a compare).
+// Whether the file changed is told by its identity: device, inode, size,
+// mtime and ctime. Every writer replaces the file by a rename (the store's
+// atomic write), so a changed file is a new inode, with one catch: after a
+// CNI DEL and ADD a rewritten file can get the inode of a file before it
+// (ext4 hands a freed inode out again at once), with the same size and,
+// within one tick of the file system's clock, the same times. An answer
+// from such a stale view is harmless where every decision that depends on
+// it is made again under the lease file's lock (an OFFER, a NAK, a bind
+// written before its ACK). It is not harmless for an ACK sent before its
+// bind is written (a CNI reservation's, see bindLater): trusting a bare
+// identity there ACKed a REQUEST for an address that had gone to another
+// pod. So the cache keeps the file it parsed open (held): an inode that is
+// open is not freed, so no later file can have its number, and the same
+// inode number at the path is the same file. lookupFresh, which that ACK
+// waits for, trusts the identity only with the file held; it used to read
+// the whole file and compare it, a fifth of the server's CPU at one
+// exchange in flight.
 type lookupCache struct {
 	// read reads the file: leases.Store.Snapshot, which skips the parse
 	// when the file is the one the store last wrote (the server's own
 	// previous bind, the common case), so the cache costs a decode only
 	// when another process wrote.
 	read func() (*leases.Snapshot, error)
-	// version is leases.Store.Version: a read and a compare.
-	version func() (uint64, error)
-	path    string
+	path string
 
 	// watched: a watcher sets dirty on every change, so a clean cache
 	// younger than maxTrust needs no look at the file.
 	watched, dirty atomic.Bool
 
 	mu sync.Mutex
-	// id and ver are the identity and version of the file byMAC was
-	// made from. Guarded by mu.
-	id  fileID
-	ver uint64
+	// held is the file byMAC was parsed from (or an older one: see
+	// refreshLocked), open; id is its identity. Guarded by mu.
+	held *os.File
+	id   fileID
 	// byMAC holds each MAC's served lease or, when it has none, one it
 	// has that is not served. Guarded by mu.
 	byMAC   map[string]leases.Lease
@@ -185,8 +188,17 @@ type lookupCache struct {
 }
 
 type fileID struct {
-	ino, size int64
-	mtime     time.Time
+	dev, ino, size int64
+	mtime, ctime   int64 // nanoseconds
+}
+
+// identity returns fi's identity.
+func identity(fi fs.FileInfo) fileID {
+	id := fileID{size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		id.dev, id.ino, id.ctime = int64(st.Dev), int64(st.Ino), ctimeOf(st)
+	}
+	return id
 }
 
 // statID returns the identity of the file at path; exists is false when
@@ -199,20 +211,16 @@ func statID(path string) (id fileID, exists bool, err error) {
 	if err != nil {
 		return fileID{}, false, err
 	}
-	id = fileID{size: fi.Size(), mtime: fi.ModTime()}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		id.ino = int64(st.Ino)
-	}
-	return id, true, nil
+	return identity(fi), true, nil
 }
 
 // maxTrust is how long a watched cache is believed without a look at the
 // file.
 const maxTrust = time.Second
 
-// lookupFresh is lookup without trusting the watch or the file's
-// identity: the content is checked (a read and a compare, and a parse only
-// if it changed). An ACK sent before its bind is written depends on it.
+// lookupFresh is lookup without trusting the watch, and the file's
+// identity only while the cache holds the file (see lookupCache). An ACK
+// sent before its bind is written depends on it.
 func (c *lookupCache) lookupFresh(mac string) (leases.Lease, bool, error) {
 	m, err := leases.NormalizeMAC(mac)
 	if err != nil {
@@ -246,82 +254,101 @@ func (c *lookupCache) lookup(mac string) (leases.Lease, bool, error) {
 	return l, served(l), nil
 }
 
-// refreshLocked re-indexes the file when it changed; strict, it does not
-// take an unchanged identity for an unchanged file. The dirty flag is
-// cleared before the look, so a change that lands during it marks the
-// cache dirty again. Identity and version are taken before the snapshot:
-// a write in between leaves the cache under an older identity or version
-// than its content, which costs one more read later, never a stale answer.
+// refreshLocked re-indexes the file when it changed; strict, it takes an
+// unchanged identity for an unchanged file only while the file is held.
+// The dirty flag is cleared before the look, so a change that lands during
+// it marks the cache dirty again. The file is opened before it is read: a
+// write in between leaves the cache holding an older file than its
+// content, which costs one more read later, never a stale answer.
 // c.mu must be held.
 func (c *lookupCache) refreshLocked(strict bool) error {
 	c.dirty.Store(false)
-	now := time.Now()
-	c.checked = now
+	c.checked = time.Now()
 	id, exists, err := statID(c.path)
 	if err != nil || !exists {
-		c.byMAC, c.valid = nil, false
+		c.forgetLocked()
 		return err
 	}
-	if !strict && c.valid && id == c.id {
+	if c.valid && id == c.id && (!strict || c.held != nil) {
 		return nil
 	}
-	v, err := c.version()
-	if errors.Is(err, fs.ErrNotExist) {
-		c.byMAC, c.valid = nil, false
-		return nil
-	}
-	if err != nil {
-		c.byMAC, c.valid = nil, false
+	f, fid, err := c.open()
+	if f == nil {
+		c.forgetLocked()
 		return err
-	}
-	if c.valid && v == c.ver {
-		c.id = id
-		return nil
 	}
 	byMAC, err := c.load()
 	if err != nil {
-		c.byMAC, c.valid = nil, false
+		f.Close()
+		c.forgetLocked()
 		return err
 	}
-	c.byMAC, c.id, c.ver, c.valid = byMAC, id, v, true
+	c.forgetLocked()
+	c.held, c.id, c.byMAC, c.valid = f, fid, byMAC, true
 	return nil
+}
+
+// open opens the file and returns it with its identity; nil and no error
+// when there is no file.
+func (c *lookupCache) open() (*os.File, fileID, error) {
+	f, err := os.Open(c.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fileID{}, nil
+	}
+	if err != nil {
+		return nil, fileID{}, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fileID{}, err
+	}
+	return f, identity(fi), nil
+}
+
+// forgetLocked drops the cached view and closes the held file. c.mu must
+// be held.
+func (c *lookupCache) forgetLocked() {
+	if c.held != nil {
+		c.held.Close()
+	}
+	c.held, c.id, c.byMAC, c.valid = nil, fileID{}, nil, false
 }
 
 // prefetch brings the cache up to date with the file off the request
 // path: the server calls it right after writing the file itself, so the
 // next lookup finds the cache current instead of re-reading. The file is
-// read without c.mu held, so lookups go on meanwhile; identity and version
-// are taken first, as in refreshLocked. A refresh by a lookup in the
-// meantime wins.
+// read without c.mu held, so lookups go on meanwhile, and opened first, as
+// in refreshLocked. A refresh by a lookup in the meantime wins.
 func (c *lookupCache) prefetch() {
 	now := time.Now()
-	id, exists, err := statID(c.path)
-	if err != nil || !exists {
-		return
-	}
-	v, err := c.version()
-	if err != nil {
+	f, fid, err := c.open()
+	if f == nil || err != nil {
 		return
 	}
 	c.mu.Lock()
-	current := c.valid && v == c.ver
-	seenVer, seenValid := c.ver, c.valid
+	current := c.valid && c.held != nil && fid == c.id
+	seen, seenValid := c.id, c.valid
 	c.mu.Unlock()
 	if current {
+		f.Close()
 		return
 	}
 	byMAC, err := c.load()
 	if err != nil {
+		f.Close()
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	// A lookup that refreshed meanwhile has as new a view or newer; do not
 	// put an older one back, which a watched cache would then trust.
-	if c.ver != seenVer || c.valid != seenValid {
+	if c.id != seen || c.valid != seenValid {
+		f.Close()
 		return
 	}
-	c.byMAC, c.id, c.ver, c.valid, c.checked = byMAC, id, v, true, now
+	c.forgetLocked()
+	c.held, c.id, c.byMAC, c.valid, c.checked = f, fid, byMAC, true, now
 }
 
 // load reads the file and indexes it by MAC: each MAC's served lease or,

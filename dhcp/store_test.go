@@ -3,6 +3,7 @@ package dhcp
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -213,12 +214,16 @@ func TestLookupCacheFollowsTheFile(t *testing.T) {
 	check("released", false)
 }
 
-// TestEarlyACKChecksContent: a lease file rewritten in place with the same
-// size and mtime (and so the same inode) but another owner for a CNI
-// reservation's address: a REQUEST from the old owner's MAC gets no ACK.
-// With the lookup cache keyed on the file's identity alone, the early ACK
-// of a CNI reservation (sent before its bind is written) went out for an
-// address that had gone to another pod.
+// TestEarlyACKChecksContent: the lease file rewritten, the way every
+// writer does it (a new file renamed over it), to the same size and mtime
+// but another owner for a CNI reservation's address: a REQUEST from the
+// old owner's MAC gets no ACK. The rewrite goes through a second file
+// first, which frees the first one's inode, so the final file can get the
+// number back (ext4 and tmpfs hand a freed inode out again at once): with
+// the lookup cache keyed on the file's identity alone, the early ACK of a
+// CNI reservation (sent before its bind is written) went out for an
+// address that had gone to another pod. The cache now holds the file it
+// parsed open, so its inode is not freed.
 func TestEarlyACKChecksContent(t *testing.T) {
 	const oldMAC, newMAC = "02:00:00:00:00:0a", "02:00:00:00:00:0b"
 	st, path := cniReservation(t, oldMAC)
@@ -238,8 +243,14 @@ func TestEarlyACKChecksContent(t *testing.T) {
 	if len(swapped) != len(data) || bytes.Equal(swapped, data) {
 		t.Fatal("setup: the rewrite must keep the size and change the content")
 	}
-	if err := os.WriteFile(path, swapped, 0o644); err != nil { // in place: same inode
-		t.Fatal(err)
+	for i, content := range [][]byte{data, swapped} {
+		tmp := fmt.Sprintf("%s.tmp%d", path, i)
+		if err := os.WriteFile(tmp, content, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := os.Chtimes(path, fi.ModTime(), fi.ModTime()); err != nil {
 		t.Fatal(err)
@@ -253,5 +264,37 @@ func TestEarlyACKChecksContent(t *testing.T) {
 	}
 	if l, ok := snap.ByIP(cniIP); !ok || l.MAC != newMAC {
 		t.Errorf("the file's lease of %s: %+v, want %s's", cniIP, l, newMAC)
+	}
+}
+
+// TestLookupCacheHoldsItsFile: the file the cache parsed stays open, so
+// its inode number is never the number of a later file at the path, which
+// is what lets lookupFresh trust an unchanged identity. Without the hold,
+// the second of two rewrites gets the first file's inode back here.
+func TestLookupCacheHoldsItsFile(t *testing.T) {
+	st, path := cniReservation(t, cniMAC.String())
+	c := NewStoreAllocator(st).cache
+	if _, ok, err := c.lookupFresh(cniMAC.String()); !ok || err != nil {
+		t.Fatalf("lookupFresh = %v, %v", ok, err)
+	}
+	held := c.id.ino
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		tmp := fmt.Sprintf("%s.tmp%d", path, i)
+		if err := os.WriteFile(tmp, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+		if id, _, _ := statID(path); id.ino == held {
+			t.Fatalf("rewrite %d has inode %d, the cache's file's", i+1, held)
+		}
+	}
+	if _, ok, err := c.lookupFresh(cniMAC.String()); !ok || err != nil || c.id.ino == held {
+		t.Errorf("after the rewrites lookupFresh = %v, %v, holding inode %d (was %d)", ok, err, c.id.ino, held)
 	}
 }
