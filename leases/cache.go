@@ -30,24 +30,61 @@ import (
 //
 // A hit costs reading the file into a recycled buffer and one bytes.Equal
 // (tens of µs for a 266 KB file); the read is what a decode needs anyway.
+//
+// It holds two contents: the newest (cur) and the one before (prev). A
+// Store records what it writes before the rename that publishes it, so
+// readers that read the file in between, or while the writer's folder
+// fsync runs, find the old bytes in prev and the new ones in cur: neither
+// decodes. With one entry recorded after the write, every reader in that
+// window (a DHCP lookup racing its own server's bind, 3,000 leases) missed
+// and decoded the whole file, and often put the old content back.
 type parseCache struct {
 	mu sync.Mutex
-	// data is the content f was decoded from or encoded to; nil: empty.
-	// Strings of decoded Files alias such buffers, so data is never
-	// written to or recycled. Guarded by mu.
-	data []byte
-	// f is exactly what decodeOwned(data) gives: its result, or the File
-	// a Store just wrote as data when that round-trips. It is never
-	// modified and never handed out: callers get a clone. Guarded by mu.
-	f *File
+	// cur and prev are the last two contents decoded or written, newest
+	// first. Guarded by mu.
+	cur, prev cached
 	// spare is a read buffer no File aliases, kept for the next read.
 	// Guarded by mu.
 	spare []byte
 	// decodes counts full decodes, for tests. Guarded by mu.
 	decodes int
-	// gen changes whenever data does: equal gens, equal bytes. Guarded
-	// by mu.
+	// gen numbers contents: each one cached gets a new number, so equal
+	// gens are equal bytes. Guarded by mu.
 	gen uint64
+}
+
+// cached is one content of the file and what it decodes to.
+type cached struct {
+	// data is the content f was decoded from or encoded to. Strings of
+	// decoded Files alias such buffers, so data is never written to or
+	// recycled.
+	data []byte
+	// f is exactly what decodeOwned(data) gives: its result, or the File
+	// a Store wrote as data when that round-trips; nil for an empty
+	// entry. It is never modified and never handed out: callers get a
+	// clone.
+	f   *File
+	gen uint64
+}
+
+// find returns the entry whose bytes are data, if any. c.mu must be held.
+func (c *parseCache) find(data []byte) (cached, bool) {
+	for _, e := range [...]cached{c.cur, c.prev} {
+		if e.f != nil && bytes.Equal(data, e.data) {
+			return e, true
+		}
+	}
+	return cached{}, false
+}
+
+// push makes data and f the newest entry. c.mu must be held.
+func (c *parseCache) push(data []byte, f *File) uint64 {
+	c.gen++
+	if c.cur.f != nil && !bytes.Equal(c.cur.data, data) {
+		c.prev = c.cur
+	}
+	c.cur = cached{data: data, f: f, gen: c.gen}
+	return c.gen
 }
 
 // read reads the file at path. When its content is the cached one it
@@ -78,12 +115,13 @@ func (c *parseCache) readCompare(path string, clone bool) (data []byte, f *File,
 	case err != nil:
 		c.spare = data // nothing aliases a failed read's buffer
 		return nil, nil, 0, err
-	case c.f != nil && bytes.Equal(data, c.data):
+	}
+	if e, ok := c.find(data); ok {
 		c.spare = data
 		if clone {
-			f = c.f.clone()
+			f = e.f.clone()
 		}
-		return nil, f, c.gen, nil
+		return nil, f, e.gen, nil
 	}
 	return data, nil, 0, nil
 }
@@ -105,18 +143,18 @@ func (c *parseCache) decodeGen(data []byte, clone bool) (*File, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	c.data, c.f = data, f
-	c.gen++
+	gen := c.push(data, f)
 	if clone {
 		f = f.clone()
 	}
-	return f, c.gen, nil
+	return f, gen, nil
 }
 
-// wrote remembers f, which the caller has just written to disk as data and
-// hands over: nobody may modify either afterwards. It is remembered only
-// when decoding data is certain to give back f exactly (see roundTrips);
-// otherwise the cache is cleared and the next read decodes.
+// wrote remembers f, which the caller is about to write to disk as data
+// and hands over: nobody may modify either afterwards. It is remembered
+// only when decoding data is certain to give back f exactly (see
+// roundTrips); otherwise the cache is cleared and the next read decodes.
+// A write that then fails clears the cache.
 func (c *parseCache) wrote(data []byte, f *File) {
 	if f.Leases == nil {
 		// Encode writes a nil slice as [], which decodes to an empty
@@ -126,20 +164,18 @@ func (c *parseCache) wrote(data []byte, f *File) {
 	ok := f.roundTrips()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.gen++
 	if !ok {
-		c.data, c.f = nil, nil
+		c.cur, c.prev = cached{}, cached{}
 		return
 	}
-	c.data, c.f = data, f
+	c.push(data, f)
 }
 
-// clear forgets the cached file.
+// clear forgets the cached contents.
 func (c *parseCache) clear() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.data, c.f = nil, nil
-	c.gen++
+	c.cur, c.prev = cached{}, cached{}
 }
 
 // version reads the file at path and returns the gen of its content,

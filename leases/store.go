@@ -340,6 +340,9 @@ func (s *Store) replaceLocked(f *File) error {
 		s.cache.clear()
 		return fmt.Errorf("encoding lease file: %w", err)
 	}
+	// Recorded before the rename publishes it (see parseCache): a
+	// reader that reads the new file before Replace returns finds it.
+	s.cache.wrote(data, f)
 	if err := atomicfile.Replace(s.path, data, 0o644); err != nil {
 		// The file holds the old bytes or, if only the folder's fsync
 		// failed, the new ones: either way the next read decodes it.
@@ -347,7 +350,6 @@ func (s *Store) replaceLocked(f *File) error {
 		s.removeStaleTempsLocked()
 		return fmt.Errorf("writing lease file: %w", err)
 	}
-	s.cache.wrote(data, f)
 	return nil
 }
 
