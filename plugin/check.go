@@ -77,12 +77,12 @@ func compareLeaseAddrs(key leases.Key, l leases.Lease, addrs []netip.Prefix) err
 // checkGuard reports a port whose anti-spoofing identity is not exactly
 // its lease's.
 func checkGuard(dp dataplane, table, port string, l leases.Lease) error {
-	ports, err := dp.Guarded(table)
+	v, err := dp.Guarded(table)
 	if err != nil {
 		return fmt.Errorf("reading anti-spoofing ports: %w", err)
 	}
 	var got []string
-	for _, p := range ports {
+	for _, p := range v.Ports {
 		if p.Name == port {
 			got = append(got, p.String())
 		}

@@ -113,7 +113,7 @@ func TestPluginAntiSpoof(t *testing.T) {
 		for name, change := range map[string]func() error{
 			"removed": func() error { return h.dp.Unguard("vmlane", a.veth()) },
 			"other address": func() error {
-				return h.dp.Guard("vmlane", antispoof.Port{Name: a.veth(), MAC: mac, IP: netip.MustParseAddr("10.244.3.9")})
+				return h.dp.Guard("vmlane", antispoof.Port{Name: a.veth(), MAC: mac, IP: netip.MustParseAddr("10.244.3.9")}, nil)
 			},
 		} {
 			if err := change(); err != nil {

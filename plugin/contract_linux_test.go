@@ -119,7 +119,7 @@ func TestFakeMatchesKernel(t *testing.T) {
 				return err
 			}
 			for _, g := range guards {
-				if err := w.Guard("vmlane", g); err != nil {
+				if err := w.Guard("vmlane", g, nil); err != nil {
 					return err
 				}
 			}

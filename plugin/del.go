@@ -140,9 +140,11 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 		// them (see sweepGuards).
 		var listed []antispoof.Port
 		if c.Guard {
-			if listed, err = p.dp.Guarded(AntiSpoofTable(c.Bridge)); err != nil {
+			v, err := p.dp.Guarded(AntiSpoofTable(c.Bridge))
+			if err != nil {
 				return fmt.Errorf("reading anti-spoofing ports: %w", err)
 			}
+			listed = v.Ports
 		}
 		// Links first, as in DEL: find the stale attachments, remove their
 		// host veths, then release their leases.

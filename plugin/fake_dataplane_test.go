@@ -232,7 +232,7 @@ func (f *fakeDataplane) UnrouteHost(bridge string, dst netip.Prefix) error {
 	return after
 }
 
-func (f *fakeDataplane) Guard(_ string, p antispoof.Port) error {
+func (f *fakeDataplane) Guard(_ string, p antispoof.Port, _ *antispoof.View) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	before, after := f.enterLocked("Guard", p.String())
@@ -265,14 +265,15 @@ func (f *fakeDataplane) Unguard(_ string, ports ...string) error {
 	return after
 }
 
-func (f *fakeDataplane) Guarded(string) ([]antispoof.Port, error) {
+func (f *fakeDataplane) Guarded(string) (antispoof.View, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if before, _ := f.enterLocked("Guarded"); before != nil {
-		return nil, before
+		return antispoof.View{}, before
 	}
 	// Sorted by name, as antispoof.Table.Ports returns them.
-	return slices.SortedFunc(maps.Values(f.guards), func(a, b antispoof.Port) int { return strings.Compare(a.Name, b.Name) }), nil
+	ports := slices.SortedFunc(maps.Values(f.guards), func(a, b antispoof.Port) int { return strings.Compare(a.Name, b.Name) })
+	return antispoof.View{Ports: ports, Exists: f.guards != nil}, nil
 }
 
 func (f *fakeDataplane) DeleteHostLink(name string) error {

@@ -406,14 +406,17 @@ func deleteGroup(links []netlink.Link) bool {
 
 func (netlinkDataplane) BridgeStatus(name string) error { return bridge.Status(name) }
 
-func (netlinkDataplane) Guard(table string, p antispoof.Port) error {
+func (netlinkDataplane) Guard(table string, p antispoof.Port, seen *antispoof.View) error {
+	if seen != nil {
+		return antispoof.Table{Name: table}.AddSeen(p, *seen)
+	}
 	return antispoof.Table{Name: table}.Add(p)
 }
 func (netlinkDataplane) Unguard(table string, ports ...string) error {
 	return antispoof.Table{Name: table}.Remove(ports...)
 }
-func (netlinkDataplane) Guarded(table string) ([]antispoof.Port, error) {
-	return antispoof.Table{Name: table}.Ports()
+func (netlinkDataplane) Guarded(table string) (antispoof.View, error) {
+	return antispoof.Table{Name: table}.View()
 }
 
 func (netlinkDataplane) RouteHost(bridgeName string, dst netip.Prefix) error {

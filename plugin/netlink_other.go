@@ -48,6 +48,6 @@ func (unsupported) TapHolder(string, string, string) (TapState, error) {
 func (unsupported) Observe(string, Attached) (Observed, error) {
 	return Observed{}, errUnsupported
 }
-func (unsupported) Guard(string, antispoof.Port) error       { return errUnsupported }
-func (unsupported) Unguard(string, ...string) error          { return errUnsupported }
-func (unsupported) Guarded(string) ([]antispoof.Port, error) { return nil, errUnsupported }
+func (unsupported) Guard(string, antispoof.Port, *antispoof.View) error { return errUnsupported }
+func (unsupported) Unguard(string, ...string) error                     { return errUnsupported }
+func (unsupported) Guarded(string) (antispoof.View, error)              { return antispoof.View{}, errUnsupported }

@@ -79,10 +79,13 @@ type dataplane interface {
 	// Guard makes p the only identity its port may send as, in the
 	// anti-spoofing table named table (AntiSpoofTable); it works before
 	// the port exists. Unguard removes a port's identity (none is
-	// success), and Guarded lists the ports that have one.
-	Guard(table string, p antispoof.Port) error
+	// success), and Guarded reads the table: the ports that have one.
+	// seen, when set, is what Guarded returned during this ADD: Guard
+	// writes against it without reading the table again (see
+	// antispoof.Table.AddSeen).
+	Guard(table string, p antispoof.Port, seen *antispoof.View) error
 	Unguard(table string, ports ...string) error
-	Guarded(table string) ([]antispoof.Port, error)
+	Guarded(table string) (antispoof.View, error)
 }
 
 var errNoNetns = errors.New("no such network namespace")
@@ -269,8 +272,9 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 				return err
 			}
 		}
+		var seen *antispoof.View
 		if c.Guard && !retried {
-			req.Prefer, req.Prefer6 = p.earlier(AntiSpoofTable(c.Bridge), hostIf, log)
+			seen = p.earlier(AntiSpoofTable(c.Bridge), hostIf, &req, log)
 		}
 		lease, err := store.Reserve(req)
 		if err != nil {
@@ -313,7 +317,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 					}
 				}
 			}()
-			if err := guard(p.dp, AntiSpoofTable(c.Bridge), hostIf, lease); err != nil {
+			if err := guard(p.dp, AntiSpoofTable(c.Bridge), hostIf, lease, seen); err != nil {
 				return err
 			}
 		}
@@ -451,28 +455,31 @@ func (c *Config) vmIdentity(pod leases.Pod) (string, error) {
 // transaction that deletes costs an RCU grace period, under the lock
 // every nftables change on the node takes. A runtime that retries with
 // the same container ID, or a kubelet that restarts, would pay it on
-// every ADD. Any error is no preference.
-func (p *Plugin) earlier(table, hostIf string, log *slog.Logger) (ip, ip6 netip.Addr) {
-	ports, err := p.dp.Guarded(table)
+// every ADD. It sets req's preferred addresses and returns what it read,
+// for Guard to write against; nil (and no preference) when the read
+// failed.
+func (p *Plugin) earlier(table, hostIf string, req *leases.ReserveRequest, log *slog.Logger) *antispoof.View {
+	v, err := p.dp.Guarded(table)
 	if err != nil {
 		log.Debug("reading anti-spoofing ports", "err", err)
-		return ip, ip6
+		return nil
 	}
-	for _, g := range ports {
+	for _, g := range v.Ports {
 		if g.Name == hostIf {
-			return g.IP, g.IP6
+			req.Prefer, req.Prefer6 = g.IP, g.IP6
 		}
 	}
-	return ip, ip6
+	return &v
 }
 
-// guard gives the port hostIf the lease's identity.
-func guard(dp dataplane, table, hostIf string, l leases.Lease) error {
+// guard gives the port hostIf the lease's identity; seen is as for
+// dataplane.Guard.
+func guard(dp dataplane, table, hostIf string, l leases.Lease, seen *antispoof.View) error {
 	mac, err := net.ParseMAC(l.MAC)
 	if err != nil {
 		return fmt.Errorf("lease MAC %q: %w", l.MAC, err)
 	}
-	err = dp.Guard(table, antispoof.Port{Name: hostIf, MAC: mac, IP: l.IP, IP6: l.IP6})
+	err = dp.Guard(table, antispoof.Port{Name: hostIf, MAC: mac, IP: l.IP, IP6: l.IP6}, seen)
 	if errors.Is(err, antispoof.ErrNoKernelSupport) {
 		return configError("antiSpoof", true, err.Error()+`; the node's kernel needs nf_tables with the bridge family (CONFIG_NF_TABLES_BRIDGE), or set "antiSpoof": false (see docs/security.md)`)
 	}

@@ -82,6 +82,14 @@ func (p Port) String() string {
 	return fmt.Sprintf("%s %s %s", p.Name, p.MAC, p.IP)
 }
 
+// View is what a table held when it was read.
+type View struct {
+	// Ports are the ports it checked, by name.
+	Ports []Port
+	// Exists is false for no table, or one Add would write whole.
+	Exists bool
+}
+
 // ifNameSize is IFNAMSIZ: the kernel's interface names, NUL included.
 const ifNameSize = 16
 

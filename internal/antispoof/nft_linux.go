@@ -141,14 +141,30 @@ func (t Table) Ensure() error {
 // elements, waits for an RCU grace period, about 12 ms here, where one
 // that only adds takes about 1 ms (BenchmarkAdd). A fresh attachment
 // deletes nothing.
-func (t Table) Add(p Port) error {
+func (t Table) Add(p Port) error { return t.add(p, nil) }
+
+// AddSeen is Add for a caller that has read the table (View) since p's port
+// last changed, as the CNI plugin's ADD does to pick its addresses: its
+// first try writes against that view rather than reading the table again
+// (each read lists every port: a dump of the sets). A view that has gone
+// stale by then fails the transaction (an element it deletes is gone, one
+// it adds to a set that is gone), and Add reads again.
+func (t Table) AddSeen(p Port, v View) error { return t.add(p, &v) }
+
+func (t Table) add(p Port, seen *View) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
 	return t.retry(func(c *conn) error {
-		old, exists, err := portsIn(c)
-		if err != nil {
-			return err
+		var old []Port
+		var exists bool
+		if seen != nil {
+			old, exists, seen = seen.Ports, seen.Exists, nil
+		} else {
+			var err error
+			if old, exists, err = portsIn(c); err != nil {
+				return err
+			}
 		}
 		if !exists {
 			if err := queueEnsure(c); err != nil {
@@ -184,13 +200,19 @@ func (t Table) Remove(names ...string) error {
 
 // Ports lists the ports the table checks, by name. No table is no ports.
 func (t Table) Ports() ([]Port, error) {
+	v, err := t.View()
+	return v.Ports, err
+}
+
+// View reads the table.
+func (t Table) View() (View, error) {
 	c, done, err := t.conn()
 	if err != nil {
-		return nil, err
+		return View{}, err
 	}
 	defer done()
-	ports, _, err := portsIn(c)
-	return ports, err
+	ports, exists, err := portsIn(c)
+	return View{Ports: ports, Exists: exists}, err
 }
 
 // Sync makes the table whole (if Verify finds it damaged) and its ports

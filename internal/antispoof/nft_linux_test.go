@@ -383,3 +383,62 @@ func TestTablesOfTwoNetworks(t *testing.T) {
 		t.Errorf("Verify %s after deleting %s: %v", antispoof.TableName, other.Name, err)
 	}
 }
+
+// TestAddSeenWithAStaleView: AddSeen writes against a view read earlier,
+// and a view that went stale meanwhile (vmlaned swept the port's old
+// entry, the table was deleted, another port came) still leaves the table
+// exactly as Add would.
+func TestAddSeenWithAStaleView(t *testing.T) {
+	l := newLAN(t)
+	none, err := l.table.View()
+	if err != nil || none.Exists || len(none.Ports) != 0 {
+		t.Fatalf("no table: View = %+v, %v", none, err)
+	}
+	// Another port arrived after the view of no table.
+	if err := l.table.AddSeen(l.portB, none); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.table.AddSeen(l.portA, none); err != nil {
+		t.Fatal(err)
+	}
+	wantPorts(t, l.table, l.portA, l.portB)
+	if err := l.table.Verify(); err != nil {
+		t.Fatalf("Verify: %v", err)
+	}
+
+	// The port's old entry swept after the view: the delete the view
+	// asks for finds nothing, and Add reads again.
+	v, err := l.table.View()
+	if err != nil || !v.Exists || len(v.Ports) != 2 {
+		t.Fatalf("View = %+v, %v", v, err)
+	}
+	if err := l.table.Remove(l.portA.Name); err != nil {
+		t.Fatal(err)
+	}
+	moved := l.portA
+	moved.IP = netip.MustParseAddr("10.9.0.9")
+	if err := l.table.AddSeen(moved, v); err != nil {
+		t.Fatal(err)
+	}
+	wantPorts(t, l.table, moved, l.portB)
+
+	// The table deleted after the view.
+	v, _ = l.table.View()
+	if err := l.table.Delete(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.table.AddSeen(l.portA, v); err != nil {
+		t.Fatal(err)
+	}
+	wantPorts(t, l.table, l.portA)
+	if err := l.table.Verify(); err != nil {
+		t.Fatalf("Verify after AddSeen on a deleted table: %v", err)
+	}
+
+	// A fresh view: the old entry replaced in one write.
+	v, _ = l.table.View()
+	if err := l.table.AddSeen(moved, v); err != nil {
+		t.Fatal(err)
+	}
+	wantPorts(t, l.table, moved)
+}
