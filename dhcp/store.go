@@ -9,8 +9,9 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/vmlane/vmlane/leases"
 )
@@ -192,26 +193,22 @@ type fileID struct {
 	mtime, ctime   int64 // nanoseconds
 }
 
-// identity returns fi's identity.
-func identity(fi fs.FileInfo) fileID {
-	id := fileID{size: fi.Size(), mtime: fi.ModTime().UnixNano()}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		id.dev, id.ino, id.ctime = int64(st.Dev), int64(st.Ino), ctimeOf(st)
-	}
-	return id
+// identity returns the identity of a file's stat.
+func identity(st *unix.Stat_t) fileID {
+	return fileID{dev: int64(st.Dev), ino: int64(st.Ino), size: st.Size, mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano()}
 }
 
 // statID returns the identity of the file at path; exists is false when
 // there is no file.
 func statID(path string) (id fileID, exists bool, err error) {
-	fi, err := os.Stat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return fileID{}, false, nil
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return fileID{}, false, nil
+		}
+		return fileID{}, false, &fs.PathError{Op: "stat", Path: path, Err: err}
 	}
-	if err != nil {
-		return fileID{}, false, err
-	}
-	return identity(fi), true, nil
+	return identity(&st), true, nil
 }
 
 // maxTrust is how long a watched cache is believed without a look at the
@@ -298,12 +295,12 @@ func (c *lookupCache) open() (*os.File, fileID, error) {
 	if err != nil {
 		return nil, fileID{}, err
 	}
-	fi, err := f.Stat()
-	if err != nil {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		f.Close()
-		return nil, fileID{}, err
+		return nil, fileID{}, &fs.PathError{Op: "fstat", Path: c.path, Err: err}
 	}
-	return f, identity(fi), nil
+	return f, identity(&st), nil
 }
 
 // forgetLocked drops the cached view and closes the held file. c.mu must

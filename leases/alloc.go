@@ -17,6 +17,10 @@ func (p Pool) contains(a netip.Addr) bool {
 	return p.First.Compare(a) <= 0 && a.Compare(p.Last) <= 0
 }
 
+// excludes reports whether a is in p as an exclusion: the zero Pool
+// excludes nothing.
+func (p Pool) excludes(a netip.Addr) bool { return p.First.IsValid() && p.contains(a) }
+
 func (p Pool) String() string { return p.First.String() + "-" + p.Last.String() }
 
 // poolOf is the subnet without its network address and, for IPv4, its
@@ -83,7 +87,7 @@ func allocate(pool Pool, cursor netip.Addr, exclude Pool, held func(netip.Addr) 
 		return a.Next()
 	}
 	skip := func(a netip.Addr) netip.Addr {
-		if hasExcl && exclude.contains(a) {
+		if exclude.excludes(a) {
 			return next(exclude.Last)
 		}
 		return a

@@ -270,7 +270,7 @@ func (tx *Tx) allocate(req ReserveRequest, held map[netip.Addr]*Lease) (netip.Ad
 		}
 		return false
 	}
-	if p := req.Prefer.Unmap(); p.IsValid() && pool.contains(p) && !(req.Exclude.First.IsValid() && req.Exclude.contains(p)) && !isHeld(p) {
+	if p := req.Prefer.Unmap(); p.IsValid() && pool.contains(p) && !req.Exclude.excludes(p) && !isHeld(p) {
 		return p, nil
 	}
 	ip, ok := allocate(pool, f.LastReserved, req.Exclude, isHeld, len(held)+len(macHeld)+1)

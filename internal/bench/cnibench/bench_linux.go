@@ -244,7 +244,8 @@ func (b *bench) stop() error {
 		return nil
 	case <-time.After(10 * time.Second):
 		b.daemon.Process.Kill()
-		return fmt.Errorf("%s: vmlaned still running 10s after SIGTERM", b.name)
+		<-b.exited
+		return fmt.Errorf("%s: vmlaned still running 10s after SIGTERM; killed", b.name)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/vmlane/vmlane/internal/bench/benchns"
+	"github.com/vmlane/vmlane/internal/netaddr"
 )
 
 // keaTarget is ISC Kea (Debian's kea-dhcp4-server or kea-dhcp6-server)
@@ -73,7 +74,7 @@ func keaConfig4(dir string, p plan) obj {
 			{"name": "domain-name", "data": domain},
 			{"name": "domain-search", "data": domain},
 			{"name": "interface-mtu", "data": fmt.Sprint(mtu)},
-			{"name": "broadcast-address", "data": broadcast(p)},
+			{"name": "broadcast-address", "data": netaddr.LastAddr(p.subnet).String()},
 			// The classless default route (RFC 3442: width 0, then
 			// the router), as raw bytes: Kea 2.2 has no text form.
 			{"code": 121, "csv-format": false, "data": fmt.Sprintf("00%02X%02X%02X%02X", gw[0], gw[1], gw[2], gw[3])},
@@ -108,14 +109,6 @@ func keaConfig6(dir string, p plan) obj {
 		"subnet6": []obj{{"id": 1, "subnet": p.subnet6.String(), "interface": bridgeName, "reservations": res}},
 		"loggers": keaLoggers("kea-dhcp6"),
 	}}
-}
-
-// broadcast is the plan's IPv4 broadcast address.
-func broadcast(p plan) string {
-	b := p.subnet.Masked().Addr().As4()
-	host := uint32(1)<<(32-p.subnet.Bits()) - 1
-	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]) | host
-	return fmt.Sprintf("%d.%d.%d.%d", byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
 }
 
 // keaVersion is "Kea VERSION" from `BIN -v`, or the binary's name.
