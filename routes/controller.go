@@ -12,7 +12,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -72,6 +71,7 @@ type Controller struct {
 	lister   corelisters.NodeLister
 	queue    workqueue.TypedRateLimitingInterface[string]
 	loop     *Loop
+	early    *earlyRoutes
 	recorder record.EventRecorder
 	metrics  *Metrics
 
@@ -116,14 +116,14 @@ func NewController(client kubernetes.Interface, table routeTable, ipt4, ipt6 ipt
 	if o.Resync == 0 {
 		o.Resync = 30 * time.Second
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTransform(Slim(o.NodeIPAnnotation)))
-	inf := factory.Core().V1().Nodes()
+	early := newEarlyRoutes()
+	inf := nodeInformer(client, o.NodeIPAnnotation, early)
 	c := &Controller{
 		opts:     o,
 		log:      log,
-		informer: inf.Informer(),
-		lister:   inf.Lister(),
+		informer: inf,
+		lister:   corelisters.NewNodeLister(inf.GetIndexer()),
+		early:    early,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "vmlane-nodes"}),
@@ -172,14 +172,27 @@ func NewController(client kubernetes.Interface, table routeTable, ipt4, ipt6 ipt
 // like a cluster without nodes.
 func (c *Controller) Run(ctx context.Context) error {
 	defer c.queue.ShutDown()
+	// The early phase (stream.go) has the table until the informer has
+	// synced; the loop has it from then on.
+	earlyCtx, stopEarly := context.WithCancel(ctx)
+	earlyDone := make(chan earlyResult, 1)
+	go func() {
+		earlyDone <- c.early.run(earlyCtx, c.loop.Table, c.loop.Proto,
+			Policy{Self: c.opts.NodeName, VMNodesOnly: c.opts.VMNodesOnly}, c.log)
+	}()
 	go c.informer.Run(ctx.Done())
 	// WaitFor wakes the moment the list is in the cache; WaitForCacheSync
 	// would poll every 100 ms, which at 5,000 nodes was most of the time
 	// from start to the first route spent outside the kernel.
-	if !cache.WaitFor(ctx, "", c.informer.HasSyncedChecker()) {
+	synced := cache.WaitFor(ctx, "", c.informer.HasSyncedChecker())
+	c.early.close()
+	stopEarly()
+	early := <-earlyDone
+	if !synced {
 		return fmt.Errorf("node informer did not sync: %w", ctx.Err())
 	}
-	c.log.Info("node informer synced", "nodes", len(c.informer.GetStore().ListKeys()))
+	c.log.Info("node informer synced", "nodes", len(c.informer.GetStore().ListKeys()),
+		"routesWhileListing", early.Installed, "refusedWhileListing", early.Refused, "firstRoute", early.First)
 	go func() {
 		for c.processNext() {
 		}

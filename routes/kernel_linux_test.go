@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -113,6 +115,66 @@ func TestKernelRouteDeletedByHandComesBack(t *testing.T) {
 	waitFor(has, "route installed")
 	n.MustRun(t, "ip", "route", "del", "10.244.1.0/24")
 	waitFor(has, "route restored after a delete by hand")
+}
+
+// TestWatchDeletesSurvivesOverflow overflows WatchDeletes' socket: fn
+// blocks on the first delete while 2,000 routes are added, so the events
+// pile up in a socket shrunk to a few KiB until the kernel drops them. The
+// library then ends the subscription. WatchDeletes must say events were
+// lost (fn, with no delete since) and go on watching the same netns,
+// though it subscribes again from another thread.
+func TestWatchDeletesSurvivesOverflow(t *testing.T) {
+	n := kernelNode(t)
+	defer func(b int) { routeEventBuffer = b }(routeEventBuffer)
+	routeEventBuffer = 4096
+	n.MustRun(t, "ip", "route", "add", "10.244.1.0/24", "via", "192.168.77.2", "proto", "77")
+	n.MustRun(t, "ip", "route", "add", "10.244.2.0/24", "via", "192.168.77.2", "proto", "77")
+	calls := make(chan struct{}, 16)
+	release := make(chan struct{})
+	first := true
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	err := n.Do(func() error {
+		return WatchDeletes(DefaultProtocol, ctx.Done(), func() {
+			if first {
+				first = false
+				<-release
+			}
+			calls <- struct{}{}
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := func(what string) {
+		t.Helper()
+		select {
+		case <-calls:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("fn not called within 5s: %s", what)
+		}
+	}
+	n.MustRun(t, "ip", "route", "del", "10.244.1.0/24")
+	time.Sleep(100 * time.Millisecond) // fn is blocked now
+	var batch strings.Builder
+	for i := range 2000 {
+		fmt.Fprintf(&batch, "route add 10.%d.%d.0/24 via 192.168.77.2 proto static\n", 100+i/256, i%256)
+	}
+	file := filepath.Join(t.TempDir(), "routes")
+	if err := os.WriteFile(file, []byte(batch.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n.MustRun(t, "ip", "-batch", file)
+	close(release)
+	wait("the blocked call for the first delete")
+	wait("events were lost, with no delete since")
+	select {
+	case <-calls:
+		t.Fatal("fn called again with no delete")
+	case <-time.After(300 * time.Millisecond):
+	}
+	n.MustRun(t, "ip", "route", "del", "10.244.2.0/24")
+	wait("a delete after the overflow: the subscription was renewed, in the node's netns")
 }
 
 func TestKernelIPTables(t *testing.T) {

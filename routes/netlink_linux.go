@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"net/netip"
 	"syscall"
+	"time"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/vmlane/vmlane/internal/netaddr"
@@ -115,21 +117,85 @@ func (t netlinkTable) Get(ip netip.Addr) (netip.Addr, error) {
 	return netip.Addr{}, nil
 }
 
+// routeEventBuffer is the receive buffer of WatchDeletes' socket. Every
+// route change of the netns lands there, not only deletes: vmlane's own
+// sync of 5,000 routes while the daemon decodes the Node list overflowed
+// the default buffer (about 200 KiB, a few hundred events).
+var routeEventBuffer = 8 << 20
+
 // WatchDeletes calls fn whenever a route with protocol proto is deleted (by
 // hand, by another daemon, by a link going down), so the controller can
 // restore it at once rather than at the next resync. It stops when done is
 // closed.
+//
+// A socket that overflows anyway (ENOBUFS) has lost events, and the
+// netlink library ends the subscription on any receive error: WatchDeletes
+// then calls fn, since a delete may be among the lost, and subscribes
+// again.
+//
+// It watches the netns of the calling thread, whichever thread subscribes
+// again later.
 func WatchDeletes(proto int, done <-chan struct{}, fn func()) error {
-	ch := make(chan netlink.RouteUpdate, 64)
-	if err := netlink.RouteSubscribe(ch, done); err != nil {
+	ns, err := netns.Get()
+	if err != nil {
+		return fmt.Errorf("subscribing to route events: %w", err)
+	}
+	stop := make(chan struct{})
+	ch, err := subscribeRoutes(ns, stop)
+	if err != nil {
+		ns.Close()
 		return fmt.Errorf("subscribing to route events: %w", err)
 	}
 	go func() {
-		for u := range ch {
-			if u.Type == unix.RTM_DELROUTE && int(u.Protocol) == proto {
-				fn()
+		defer ns.Close()
+		for {
+			// The library closes a subscription's socket only when its
+			// done channel closes: stop is closed when the daemon stops
+			// or the subscription has ended, so an overflowed socket
+			// does not stay open holding its buffer.
+			ended := make(chan struct{})
+			go func(stop chan struct{}) {
+				select {
+				case <-done:
+				case <-ended:
+				}
+				close(stop)
+			}(stop)
+			for u := range ch {
+				if u.Type == unix.RTM_DELROUTE && int(u.Protocol) == proto {
+					fn()
+				}
+			}
+			close(ended)
+			select {
+			case <-done:
+				return
+			default:
+			}
+			fn()
+			for {
+				stop = make(chan struct{})
+				if ch, err = subscribeRoutes(ns, stop); err == nil {
+					break
+				}
+				select {
+				case <-done:
+					return
+				case <-time.After(time.Second):
+				}
 			}
 		}
 	}()
 	return nil
+}
+
+// subscribeRoutes subscribes to the route events of ns, until stop is
+// closed, with a socket of routeEventBuffer bytes, forced past
+// net.core.rmem_max (CAP_NET_ADMIN, which a daemon that installs routes
+// has).
+func subscribeRoutes(ns netns.NsHandle, stop <-chan struct{}) (chan netlink.RouteUpdate, error) {
+	ch := make(chan netlink.RouteUpdate, 64)
+	err := netlink.RouteSubscribeWithOptions(ch, stop, netlink.RouteSubscribeOptions{
+		Namespace: &ns, ReceiveBufferSize: routeEventBuffer, ReceiveBufferForceSize: true})
+	return ch, err
 }

@@ -116,6 +116,7 @@ type daemonLog struct {
 	all     strings.Builder
 	partial string
 	first   map[string]time.Time
+	lines   map[string]string // the first line with each message
 }
 
 func (l *daemonLog) Write(p []byte) (int, error) {
@@ -137,10 +138,10 @@ func (l *daemonLog) Write(p []byte) (int, error) {
 			msg, _, _ = strings.Cut(msg, " ")
 		}
 		if l.first == nil {
-			l.first = map[string]time.Time{}
+			l.first, l.lines = map[string]time.Time{}, map[string]string{}
 		}
 		if _, seen := l.first[msg]; !seen {
-			l.first[msg] = t
+			l.first[msg], l.lines[msg] = t, line
 		}
 	}
 	return len(p), nil
@@ -150,6 +151,19 @@ func (l *daemonLog) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.all.String()
+}
+
+// attr returns the value of key in the first line logging msg, "" when
+// there is none.
+func (l *daemonLog) attr(msg, key string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, f := range strings.Fields(l.lines[msg]) {
+		if v, ok := strings.CutPrefix(f, key+"="); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // wait returns the time= of the first line logging msg.
