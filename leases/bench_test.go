@@ -1,15 +1,10 @@
 package leases_test
 
 import (
-	"bufio"
-	"context"
 	"fmt"
-	"io"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -217,113 +212,6 @@ func checkBenchFile(b *testing.B, s *leases.Store) {
 	if ls, err := s.List(); err != nil || len(ls) != benchLeases-1 {
 		b.Fatalf("after the run the file holds %d leases (%v), want the %d it started with", len(ls), err, benchLeases-1)
 	}
-}
-
-// BenchmarkReserveReleaseProcs runs the ops of b.N spread over writer
-// processes (each a CNI plugin's worth of independent writer), timed from
-// the parent between "go" and the last "done", process start-up excluded.
-// procs=1 goes through the same path, so the two compare.
-func BenchmarkReserveReleaseProcs(b *testing.B) {
-	for _, procs := range []int{1, 16} {
-		b.Run(fmt.Sprintf("procs=%d", procs), func(b *testing.B) {
-			benchProcs(b, procs)
-			reportRate(b, 2)
-		})
-	}
-}
-
-func benchProcs(b *testing.B, procs int) {
-	b.StopTimer()
-	s := benchStore(b)
-	procs = min(procs, b.N)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	type child struct {
-		cmd   *exec.Cmd
-		stdin io.WriteCloser
-		out   *bufio.Scanner
-	}
-	children := make([]*child, procs)
-	for i := range children {
-		ops := b.N / procs
-		if i < b.N%procs {
-			ops++
-		}
-		cmd := helperCommand(ctx, "TestHelperProcessBenchWriter", "bench-writer",
-			"VMLANE_HELPER_FILE="+s.Path(), "VMLANE_HELPER_SUBNET="+s.Subnet().String(),
-			"VMLANE_HELPER_ID="+strconv.Itoa(i), "VMLANE_HELPER_OPS="+strconv.Itoa(ops))
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			b.Fatal(err)
-		}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			b.Fatal(err)
-		}
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		c := &child{cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout)}
-		children[i] = c
-		defer cmd.Wait()
-		defer cmd.Process.Kill()
-	}
-	// waitFor reads a child's stdout up to a line starting with want.
-	waitFor := func(c *child, want string) {
-		for c.out.Scan() {
-			if line := c.out.Text(); strings.HasPrefix(line, want) {
-				return
-			} else if strings.HasPrefix(line, "FAIL") {
-				b.Fatalf("bench writer: %s", line)
-			}
-		}
-		b.Fatalf("bench writer ended before %q: %v", want, c.out.Err())
-	}
-	for _, c := range children {
-		waitFor(c, "READY")
-	}
-	dir := filepath.Dir(s.Path())
-	floor := pairedFloor(b, dir, b.N)
-	b.ResetTimer()
-	b.StartTimer()
-	for _, c := range children {
-		io.WriteString(c.stdin, "GO\n")
-	}
-	for _, c := range children {
-		waitFor(c, "DONE")
-	}
-	b.StopTimer()
-	floor += pairedFloor(b, dir, b.N)
-	checkBenchFile(b, s)
-	reportFloor(b, 2*b.N, floor)
-}
-
-// TestHelperProcessBenchWriter is a child of BenchmarkReserveReleaseProcs,
-// not a test: it prints READY, waits for a line on stdin, runs its ops and
-// prints DONE.
-func TestHelperProcessBenchWriter(t *testing.T) {
-	if os.Getenv(helperRoleEnv) != "bench-writer" {
-		return
-	}
-	subnet := netip.MustParsePrefix(os.Getenv("VMLANE_HELPER_SUBNET"))
-	s, err := leases.Open(os.Getenv("VMLANE_HELPER_FILE"), subnet, gatewayOf(subnet), leases.WithNode("node-a"))
-	if err != nil {
-		fmt.Printf("FAIL open: %v\n", err)
-		os.Exit(1)
-	}
-	id, ops := envInt(t, "VMLANE_HELPER_ID"), envInt(t, "VMLANE_HELPER_OPS")
-	fmt.Println("READY")
-	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
-		os.Exit(1)
-	}
-	for i := range ops {
-		if err := reserveRelease(s, benchCID(0xb0000000+uint32(id), i)); err != nil {
-			fmt.Printf("FAIL %v\n", err)
-			os.Exit(1)
-		}
-	}
-	fmt.Println("DONE")
 }
 
 // dhcpLeases is the size of internal/bench/dhcpbench's file: 833 reservations

@@ -20,6 +20,12 @@ type fileLock struct{ f *os.File }
 // on a disk that stalls. Waiting longer only hides a writer that hangs.
 var lockTimeout = 30 * time.Second
 
+// lockHeld, set only by benchmarks (export_test.go), is called with true
+// once the lock is taken and with false just before it is released: the
+// multi-process benchmark takes from it how long the lock sat free between
+// two writers.
+var lockHeld func(held bool)
+
 func lockFile(path string) (*fileLock, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
@@ -56,10 +62,16 @@ func lockFile(path string) (*fileLock, error) {
 		f.Close()
 		return nil, fmt.Errorf("locking %s: %w", path, err)
 	}
+	if lockHeld != nil {
+		lockHeld(true)
+	}
 	return &fileLock{f: f}, nil
 }
 
 func (l *fileLock) unlock() error {
+	if lockHeld != nil {
+		lockHeld(false)
+	}
 	// Closing the only descriptor releases the flock.
 	return l.f.Close()
 }
