@@ -192,7 +192,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		return fmt.Errorf("node informer did not sync: %w", ctx.Err())
 	}
 	c.log.Info("node informer synced", "nodes", len(c.informer.GetStore().ListKeys()),
-		"routesWhileListing", early.Installed, "refusedWhileListing", early.Refused, "firstRoute", early.First)
+		"nodesStreamed", early.Streamed, "routesWhileListing", early.Installed, "refusedWhileListing", early.Refused, "firstRoute", early.First)
 	go func() {
 		for c.processNext() {
 		}

@@ -122,10 +122,11 @@ const earlyBatch = 256
 // batches, until it is stopped: whatever arrived while one batch went to
 // the kernel is the next batch.
 type earlyRoutes struct {
-	mu      sync.Mutex
-	pending []Node
-	closed  bool
-	wake    chan struct{} // 1-buffered: a Node is pending
+	mu       sync.Mutex
+	pending  []Node
+	closed   bool
+	streamed int           // Nodes queued, over every stream tapped
+	wake     chan struct{} // 1-buffered: a Node is pending
 }
 
 func newEarlyRoutes() *earlyRoutes { return &earlyRoutes{wake: make(chan struct{}, 1)} }
@@ -139,6 +140,7 @@ func (e *earlyRoutes) add(n Node) {
 		return
 	}
 	e.pending = append(e.pending, n)
+	e.streamed++
 	select {
 	case e.wake <- struct{}{}:
 	default:
@@ -163,7 +165,8 @@ func (e *earlyRoutes) take() []Node {
 
 // earlyResult is what an early phase did.
 type earlyResult struct {
-	Nodes     int           // Nodes seen in the stream
+	Streamed  int           // Nodes the tapped streams delivered
+	Nodes     int           // of those, Nodes whose routes were computed
 	Installed int           // routes the kernel took
 	Refused   int           // routes it refused, left to the reconcile
 	First     time.Duration // from the start of run to the first route installed
@@ -181,6 +184,9 @@ func (e *earlyRoutes) run(ctx context.Context, t routeTable, proto int, p Policy
 		select {
 		case <-ctx.Done():
 			in.res.Nodes = len(in.nodes)
+			e.mu.Lock()
+			in.res.Streamed = e.streamed
+			e.mu.Unlock()
 			return in.res
 		case <-e.wake:
 		}

@@ -201,7 +201,7 @@ func TestEarlyRoutesRun(t *testing.T) {
 	cancel()
 	res := <-done
 	slices.Sort(got)
-	if !slices.Equal(got, []string{"10.244.1.0/24", "10.244.2.0/24"}) || res.Installed != 2 || res.Nodes != 2 {
+	if !slices.Equal(got, []string{"10.244.1.0/24", "10.244.2.0/24"}) || res.Installed != 2 || res.Nodes != 2 || res.Streamed != 2 {
 		t.Errorf("replaced %v, result %+v; want the 2 routes of the 2 Nodes queued before close", got, res)
 	}
 	select {

@@ -177,6 +177,12 @@ func TestRouteControllerAgainstAPIServer(t *testing.T) {
 	d := c.startDaemon(a, "a", dir)
 
 	eventually(t, "route to b", hasRoute(t, a, "10.244.2.0/24 via 10.99.0.12 dev eth0"))
+	// The informer's list came as a stream (WatchList), which the
+	// controller taps to install routes while it arrives: every Node
+	// went through the tap before the informer could sync.
+	if !strings.Contains(d.logs.String(), "nodesStreamed=2 ") {
+		t.Errorf("the 'node informer synced' line does not say both Nodes came through the stream tap:\n%s", d.logs.String())
+	}
 	eventually(t, "NetworkUnavailable=False on a", func() (bool, string) {
 		n, err := c.client.CoreV1().Nodes().Get(context.Background(), "a", metav1.GetOptions{})
 		if err != nil {
