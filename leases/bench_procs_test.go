@@ -254,29 +254,12 @@ func lockedFloorWrite(path string, data []byte) error {
 		lk.Close()
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err == nil {
-		_, err = tmp.Write(data)
-		if err == nil {
-			err = tmp.Sync()
-		}
-		if cerr := tmp.Close(); err == nil {
-			err = cerr
-		}
-		if err == nil {
-			err = os.Rename(tmp.Name(), path)
-		}
-	}
+	err = replaceFloor(path, data)
 	lk.Close()
 	if err != nil {
 		return err
 	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return syncDirFloor(filepath.Dir(path))
 }
 
 // readyGo prints READY and waits for a line on stdin.

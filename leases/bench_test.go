@@ -69,8 +69,16 @@ func encodeFile(tb testing.TB, f *leases.File) []byte {
 // writeAtomicFloor is the store's write sequence and nothing else: temp file
 // in the same folder, write, fsync, rename, fsync the folder.
 func writeAtomicFloor(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err := replaceFloor(path, data); err != nil {
+		return err
+	}
+	return syncDirFloor(filepath.Dir(path))
+}
+
+// replaceFloor is writeAtomicFloor up to the rename: what a Store does
+// holding the lease file's lock.
+func replaceFloor(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return err
 	}
@@ -85,9 +93,12 @@ func writeAtomicFloor(path string, data []byte) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// syncDirFloor is writeAtomicFloor's last step, the folder's fsync, which
+// a Store makes after it lets the lock go.
+func syncDirFloor(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

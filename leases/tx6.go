@@ -42,7 +42,7 @@ func (tx *Tx) reserve6(req ReserveRequest) (netip.Addr, error) {
 		return want, nil
 	}
 	isHeld := func(a netip.Addr) bool { return held[a] != nil || a == f.Gateway6 }
-	if p := req.Prefer6; p.IsValid() && f.Subnet6.Contains(p) && pool.contains(p) && !isHeld(p) {
+	if p := req.Prefer6; p.IsValid() && pool.contains(p) && !isHeld(p) {
 		return p, nil
 	}
 	ip6, ok := allocate(pool, f.LastReserved6, Pool{}, isHeld, len(held)+1)

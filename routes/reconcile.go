@@ -143,22 +143,7 @@ func ReconcileOffLink(t routeTable, want []Route, proto int, o OffLink) (Outcome
 	if err != nil {
 		return out, fmt.Errorf("listing routes: %w", err)
 	}
-	owned := map[netip.Prefix]KernelRoute{}
-	foreign := map[netip.Prefix]KernelRoute{}
-	var wide []KernelRoute // foreign routes that could overlap a pod subnet
-	for _, r := range actual {
-		if r.Proto == proto {
-			owned[r.Dst] = r
-		} else if _, seen := foreign[r.Dst]; !seen {
-			foreign[r.Dst] = r
-			// Not the default route, nor a host route (a proxy's or a
-			// peer's /32): those overlap everything or nothing worth
-			// saying.
-			if r.Dst.Bits() > 0 && r.Dst.Bits() < r.Dst.Addr().BitLen() {
-				wide = append(wide, r)
-			}
-		}
-	}
+	owned, foreign, wide := byOwner(actual, proto)
 	var errs []error
 	wanted := map[netip.Prefix]bool{}
 	var replace []Route
@@ -260,6 +245,28 @@ func ReconcileOffLink(t routeTable, want []Route, proto int, o OffLink) (Outcome
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// byOwner splits the kernel's routes into those with protocol proto
+// (owned) and the others (foreign, the first route of each destination),
+// by destination; wide are the foreign routes that could overlap a pod
+// subnet, in the kernel's order.
+func byOwner(actual []KernelRoute, proto int) (owned, foreign map[netip.Prefix]KernelRoute, wide []KernelRoute) {
+	owned, foreign = map[netip.Prefix]KernelRoute{}, map[netip.Prefix]KernelRoute{}
+	for _, r := range actual {
+		if r.Proto == proto {
+			owned[r.Dst] = r
+		} else if _, seen := foreign[r.Dst]; !seen {
+			foreign[r.Dst] = r
+			// Not the default route, nor a host route (a proxy's or a
+			// peer's /32): those overlap everything or nothing worth
+			// saying.
+			if r.Dst.Bits() > 0 && r.Dst.Bits() < r.Dst.Addr().BitLen() {
+				wide = append(wide, r)
+			}
+		}
+	}
+	return owned, foreign, wide
 }
 
 // throughTunnel is r as it goes through the tunnel device dev: via its

@@ -226,14 +226,7 @@ func (in *earlyInstall) step(ctx context.Context, batch []Node) error {
 		if err != nil {
 			return err
 		}
-		in.owned, in.foreign = map[netip.Prefix]KernelRoute{}, map[netip.Prefix]KernelRoute{}
-		for _, r := range actual {
-			if r.Proto == in.proto {
-				in.owned[r.Dst] = r
-			} else {
-				in.foreign[r.Dst] = r
-			}
-		}
+		in.owned, in.foreign, _ = byOwner(actual, in.proto)
 	}
 	var add []Route
 	for _, r := range Compute(in.nodes, in.policy).Routes {
