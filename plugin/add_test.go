@@ -244,7 +244,7 @@ func TestPluginAddAfterInterruptedAdd(t *testing.T) {
 			if _, err := h.dp.EnsureBridge("vmlane0", netip.MustParsePrefix("10.244.3.1/24"), 1500, GatewayMAC); err != nil {
 				t.Fatal(err)
 			}
-			if _, _, err := h.dp.SetupVeth(a.netns, a.ifname, a.veth(), "vmlane0", 1500, "", false); err != nil {
+			if _, _, err := h.dp.SetupVeth(a.netns, a.ifname, a.veth(), "vmlane0", 1500, "", false, nil); err != nil {
 				t.Fatal(err)
 			}
 			if vm {

@@ -82,7 +82,7 @@ func TestPluginAntiSpoof(t *testing.T) {
 		h := newHarness(t, map[string]any{"antiSpoof": false})
 		a := att("a")
 		check := h.addForCheck(a)
-		want := plainState("a", "10.244.3.2")[1:] // no guard line
+		want := plainState("a", "10.244.3.2")[2:] // no guard line, no ingress chain
 		h.wantState(concat(bridgeState, want))
 		if l, _ := h.leaseOf(a); l.BridgePort != "" {
 			t.Errorf("lease names bridge port %q with anti-spoofing off", l.BridgePort)

@@ -91,7 +91,7 @@ func TestFakeMatchesKernel(t *testing.T) {
 		}
 	}
 	plainPod := func(w world) error {
-		host, pod, err := w.SetupVeth(podA.Path, "eth0", "vmlaaaa", "vmlt0", 1400, "02:76:0a:4d:00:02", false)
+		host, pod, err := w.SetupVeth(podA.Path, "eth0", "vmlaaaa", "vmlt0", 1400, "02:76:0a:4d:00:02", false, &VethGuard{Table: "vmlane", Port: guards[0]})
 		if err != nil {
 			return err
 		}
@@ -99,7 +99,7 @@ func TestFakeMatchesKernel(t *testing.T) {
 		return w.ConfigureAddress(podA.Path, "eth0", addrA, gw.Addr())
 	}
 	vmPod := func(w world) error {
-		host, pod, err := w.SetupVeth(podB.Path, "eth0", "vmlbbbb", "vmlt0", 1400, "", true)
+		host, pod, err := w.SetupVeth(podB.Path, "eth0", "vmlbbbb", "vmlt0", 1400, "", true, &VethGuard{Table: "vmlane", Port: guards[1]})
 		if err != nil {
 			return err
 		}

@@ -114,7 +114,7 @@ func (f *fakeDataplane) EnableProxy(bridge string) error {
 	return after
 }
 
-func (f *fakeDataplane) SetupVeth(netns, podIf, hostIf, bridge string, mtu int, podMAC string, quiet bool) (Link, Link, error) {
+func (f *fakeDataplane) SetupVeth(netns, podIf, hostIf, bridge string, mtu int, podMAC string, quiet bool, guard *VethGuard) (Link, Link, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	before, after := f.enterLocked("SetupVeth", netns, podIf, hostIf, bridge, mtu, podMAC, quiet)
@@ -132,6 +132,11 @@ func (f *fakeDataplane) SetupVeth(netns, podIf, hostIf, bridge string, mtu int, 
 		return Link{}, Link{}, fmt.Errorf("%s or %s already exists in the pod: file exists", hostIf, podIf)
 	}
 	host := &fakeLink{kind: "veth", master: bridge, autoMAC: fakeMAC("", hostIf), mtu: mtu, up: true, peer: pk}
+	if guard != nil {
+		// A chain of the netdev table bound to the link: the kernel
+		// removes it with the link (before Linux 6.16), as the fake does.
+		host.guardChain = guard.Table
+	}
 	pod := &fakeLink{kind: "veth", mac: podMAC, autoMAC: fakeMAC(netns, podIf), mtu: mtu, up: true, quiet: quiet, peer: hk}
 	f.links[hk], f.links[pk] = host, pod
 	f.adjustBridgeMTUsLocked()

@@ -85,6 +85,9 @@ func (f *fakeDataplane) state() []string {
 		if l.ingress {
 			out = append(out, tc+"qdisc add dev "+k.name+" ingress")
 		}
+		if l.guardChain != "" {
+			out = append(out, "nft add chain netdev "+l.guardChain+" "+k.name+" { type filter hook ingress device "+k.name+" priority -500; }")
+		}
 		for _, r := range l.redirects {
 			if r == "" {
 				r = "(none)"
@@ -129,7 +132,7 @@ func TestFakeDataplane(t *testing.T) {
 		if _, err := f.EnsureBridge("br0", gw, 1500, "02:76:0a:00:00:01"); err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := f.SetupVeth("/run/netns/p", "eth0", "vh", "br0", 1500, "", true); err != nil {
+		if _, _, err := f.SetupVeth("/run/netns/p", "eth0", "vh", "br0", 1500, "", true, nil); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := f.SetupTap("/run/netns/p", TapSpec{Name: "tap0", PodIf: "eth0", MTU: 1500}); err != nil {
@@ -193,7 +196,7 @@ func TestFakeDataplane(t *testing.T) {
 	})
 	t.Run("names are taken", func(t *testing.T) {
 		f := build(t)
-		if _, _, err := f.SetupVeth("/run/netns/p", "eth0", "vh2", "br0", 1500, "", false); err == nil {
+		if _, _, err := f.SetupVeth("/run/netns/p", "eth0", "vh2", "br0", 1500, "", false, nil); err == nil {
 			t.Error("a second eth0 in one netns")
 		}
 		if _, err := f.SetupTap("/run/netns/p", TapSpec{Name: "eth0", PodIf: "eth0", MTU: 1500}); err == nil {

@@ -55,16 +55,19 @@ type fakeLink struct {
 	// mtuAuto: a bridge whose MTU was only given at creation, which the
 	// kernel keeps at its ports' lowest (1500 with none) as they come and
 	// go; setting it later pins it (BROPT_MTU_SET_BY_USER).
-	mtuAuto  bool
-	up       bool
-	quiet    bool // addrgenmode none
-	addrs    []netip.Prefix
-	gateway  netip.Addr  // default route via
-	gateway6 netip.Addr  // IPv6 default route via
-	peer     fakeLinkKey // veth only
-	tapFlags string      // tuntap only
-	tapFor   string      // tuntap only: the pod interface SetupTap joined it to
-	ingress  bool        // has an ingress qdisc
+	mtuAuto bool
+	up      bool
+	quiet   bool // addrgenmode none
+	// guardChain is the anti-spoofing table whose ingress chain checks
+	// the link (SetupVeth's guard), empty for none.
+	guardChain string
+	addrs      []netip.Prefix
+	gateway    netip.Addr  // default route via
+	gateway6   netip.Addr  // IPv6 default route via
+	peer       fakeLinkKey // veth only
+	tapFlags   string      // tuntap only
+	tapFor     string      // tuntap only: the pod interface SetupTap joined it to
+	ingress    bool        // has an ingress qdisc
 	// redirects are the ingress filters' mirred egress redirect targets
 	// (links of the same netns); "" is one that was deleted since, as
 	// the kernel keeps the filter with no device.

@@ -81,7 +81,7 @@ func (netlinkDataplane) EnableForwarding() error {
 	return err
 }
 
-func (netlinkDataplane) SetupVeth(netnsPath, podIf, hostIf, bridge string, mtu int, podMAC string, quiet bool) (Link, Link, error) {
+func (netlinkDataplane) SetupVeth(netnsPath, podIf, hostIf, bridge string, mtu int, podMAC string, quiet bool, guard *VethGuard) (Link, Link, error) {
 	netns, err := ns.GetNS(netnsPath)
 	if err != nil {
 		return Link{}, Link{}, err
@@ -111,6 +111,11 @@ func (netlinkDataplane) SetupVeth(netnsPath, podIf, hostIf, bridge string, mtu i
 	host, err := netlinksafe.LinkByName(hostIf)
 	if err != nil {
 		return Link{}, Link{}, err
+	}
+	if guard != nil {
+		if err := guardTable(guard.Table).Attach(guard.Port); err != nil {
+			return Link{}, Link{}, fmt.Errorf("checking %s's ingress: %w", hostIf, err)
+		}
 	}
 	if err := netlink.LinkSetMaster(host, br); err != nil {
 		return Link{}, Link{}, fmt.Errorf("joining %s to %s: %w", hostIf, bridge, err)
@@ -406,11 +411,20 @@ func deleteGroup(links []netlink.Link) bool {
 
 func (netlinkDataplane) BridgeStatus(name string) error { return bridge.Status(name) }
 
+// guardTable is the node's anti-spoofing table named name. The node's
+// link-local address on every vmlane bridge is the one the kernel derives
+// from its fixed MAC (GatewayMAC), which a table written here protects
+// from the start; vmlaned's sync adds whatever else the bridge has.
+func guardTable(name string) antispoof.Table {
+	mac, _ := net.ParseMAC(GatewayMAC)
+	return antispoof.Table{Name: name, Routers6: []netip.Addr{antispoof.LinkLocalEUI64(mac)}}
+}
+
 func (netlinkDataplane) Guard(table string, p antispoof.Port, seen *antispoof.View) error {
 	if seen != nil {
-		return antispoof.Table{Name: table}.AddSeen(p, *seen)
+		return guardTable(table).AddSeen(p, *seen)
 	}
-	return antispoof.Table{Name: table}.Add(p)
+	return guardTable(table).Add(p)
 }
 func (netlinkDataplane) Unguard(table string, ports ...string) error {
 	return antispoof.Table{Name: table}.Remove(ports...)

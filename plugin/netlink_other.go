@@ -29,7 +29,7 @@ func (unsupported) BridgeStatus(string) error { return errUnsupported }
 func (unsupported) EnsureBridge(string, netip.Prefix, int, string) (Link, error) {
 	return Link{}, errUnsupported
 }
-func (unsupported) SetupVeth(string, string, string, string, int, string, bool) (Link, Link, error) {
+func (unsupported) SetupVeth(string, string, string, string, int, string, bool, *VethGuard) (Link, Link, error) {
 	return Link{}, Link{}, errUnsupported
 }
 func (unsupported) ConfigureAddress(string, string, netip.Prefix, netip.Addr) error {

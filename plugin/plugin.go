@@ -48,7 +48,9 @@ type dataplane interface {
 	// podIf in netns, both up with mtu. podMAC, if set, is the pod end's
 	// MAC. quiet keeps the pod end from sending anything of its own (no
 	// IPv6 link-local), as in VM mode where the guest is the only sender.
-	SetupVeth(netns, podIf, hostIf, bridge string, mtu int, podMAC string, quiet bool) (host, pod Link, err error)
+	// guard, when set, is the anti-spoofing check of hostIf's ingress
+	// (antispoof.Table.Attach), in place before hostIf joins the bridge.
+	SetupVeth(netns, podIf, hostIf, bridge string, mtu int, podMAC string, quiet bool, guard *VethGuard) (host, pod Link, err error)
 	// ConfigureAddress puts addr on podIf in netns and a default route via
 	// gw, for either family; an IPv6 address skips duplicate address
 	// detection (the lease store is what keeps it unique).
@@ -89,6 +91,13 @@ type dataplane interface {
 }
 
 var errNoNetns = errors.New("no such network namespace")
+
+// VethGuard is the port identity SetupVeth checks on the host end's
+// ingress, and the anti-spoofing table (AntiSpoofTable) it belongs to.
+type VethGuard struct {
+	Table string
+	Port  antispoof.Port
+}
 
 // TapSpec is the TAP SetupTap makes: its name, the pod interface it is
 // joined to, and what the runtime that opens it needs (MTU, queues, the
@@ -306,7 +315,10 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 			}
 		}
 		// The port's identity goes in before the port joins the bridge,
-		// so none of its frames passes unchecked.
+		// so none of its frames passes unchecked: its addresses before
+		// the port exists, its ingress check (vg) once the link exists
+		// and before it joins the bridge.
+		var vg *VethGuard
 		if c.Guard {
 			// The undo is registered before Guard, which can fail after
 			// writing.
@@ -317,9 +329,14 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 					}
 				}
 			}()
-			if err := guard(p.dp, AntiSpoofTable(c.Bridge), hostIf, lease, seen); err != nil {
+			gp, err := guardPort(hostIf, lease)
+			if err != nil {
 				return err
 			}
+			if err := guard(p.dp, AntiSpoofTable(c.Bridge), gp, seen); err != nil {
+				return err
+			}
+			vg = &VethGuard{Table: AntiSpoofTable(c.Bridge), Port: gp}
 		}
 		// A VM whose addresses moved in from another node's subnet is
 		// reached through the bridge by a host route each.
@@ -347,8 +364,11 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 				}
 			}
 		}()
-		host, podLink, err := p.dp.SetupVeth(args.Netns, args.IfName, hostIf, c.Bridge, c.MTU, podMAC, c.VM)
+		host, podLink, err := p.dp.SetupVeth(args.Netns, args.IfName, hostIf, c.Bridge, c.MTU, podMAC, c.VM, vg)
 		if err != nil {
+			if errors.Is(err, antispoof.ErrNoKernelSupport) {
+				return noKernelSupport(err)
+			}
 			return fmt.Errorf("creating veth %s/%s: %w", hostIf, args.IfName, err)
 		}
 		a := Attached{Bridge: br, HostVeth: host, PodVeth: podLink}
@@ -472,21 +492,32 @@ func (p *Plugin) earlier(table, hostIf string, req *leases.ReserveRequest, log *
 	return &v
 }
 
-// guard gives the port hostIf the lease's identity; seen is as for
-// dataplane.Guard.
-func guard(dp dataplane, table, hostIf string, l leases.Lease, seen *antispoof.View) error {
+// guardPort is the identity the port hostIf may send as: the lease's.
+func guardPort(hostIf string, l leases.Lease) (antispoof.Port, error) {
 	mac, err := net.ParseMAC(l.MAC)
 	if err != nil {
-		return fmt.Errorf("lease MAC %q: %w", l.MAC, err)
+		return antispoof.Port{}, fmt.Errorf("lease MAC %q: %w", l.MAC, err)
 	}
-	err = dp.Guard(table, antispoof.Port{Name: hostIf, MAC: mac, IP: l.IP, IP6: l.IP6}, seen)
+	return antispoof.Port{Name: hostIf, MAC: mac, IP: l.IP, IP6: l.IP6}, nil
+}
+
+// guard gives the port p.Name the identity p; seen is as for
+// dataplane.Guard.
+func guard(dp dataplane, table string, p antispoof.Port, seen *antispoof.View) error {
+	err := dp.Guard(table, p, seen)
 	if errors.Is(err, antispoof.ErrNoKernelSupport) {
-		return configError("antiSpoof", true, err.Error()+`; the node's kernel needs nf_tables with the bridge family (CONFIG_NF_TABLES_BRIDGE), or set "antiSpoof": false (see docs/security.md)`)
+		return noKernelSupport(err)
 	}
 	if err != nil {
-		return fmt.Errorf("anti-spoofing for %s: %w", hostIf, err)
+		return fmt.Errorf("anti-spoofing for %s: %w", p.Name, err)
 	}
 	return nil
+}
+
+// noKernelSupport is the config error of a kernel without what
+// anti-spoofing needs.
+func noKernelSupport(err error) error {
+	return configError("antiSpoof", true, err.Error()+`; the node's kernel needs nf_tables with the bridge and netdev families (CONFIG_NF_TABLES_BRIDGE, CONFIG_NF_TABLES_NETDEV), or set "antiSpoof": false (see docs/security.md)`)
 }
 
 // storeError turns lease store errors into CNI errors: a full subnet is

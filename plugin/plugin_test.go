@@ -249,10 +249,16 @@ func guardState(id, mac, ip string) string {
 	return "nft add element bridge vmlane addrs { {veth:" + id + "} . " + mac + " . " + ip + " }"
 }
 
+// chainState is the ingress chain on attachment id's host veth.
+func chainState(id string) string {
+	return "nft add chain netdev vmlane {veth:" + id + "} { type filter hook ingress device {veth:" + id + "} priority -500; }"
+}
+
 func plainState(id, ip string) []string {
 	ns := "/run/netns/" + id
 	return []string{
 		guardState(id, DeriveMAC(netip.MustParseAddr(ip)), ip),
+		chainState(id),
 		"ip link add {veth:" + id + "} type veth peer name eth0 netns " + ns,
 		"ip link set {veth:" + id + "} master vmlane0 mtu 1500 up",
 		"ip -n " + ns + " link set eth0 address " + DeriveMAC(netip.MustParseAddr(ip)) + " mtu 1500 up",
@@ -266,6 +272,7 @@ func vmState(id, ip, mac string) []string {
 	ns := "/run/netns/" + id
 	return []string{
 		guardState(id, mac, ip),
+		chainState(id),
 		"ip link add {veth:" + id + "} type veth peer name eth0 netns " + ns,
 		"ip link set {veth:" + id + "} master vmlane0 mtu 1500 up",
 		"ip -n " + ns + " link set eth0 mtu 1500 addrgenmode none up",

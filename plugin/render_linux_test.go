@@ -11,6 +11,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/google/nftables"
 	"github.com/vmlane/vmlane/internal/antispoof"
 )
 
@@ -55,7 +56,39 @@ func renderKernel(podA, podB string, baseline map[string]map[string]bool) ([]str
 	for _, g := range ports {
 		out = append(out, fmt.Sprintf("nft add element bridge vmlane addrs { %s . %s . %s }", g.Name, g.MAC, g.IP))
 	}
+	chains, err := ingressChains()
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range chains {
+		out = append(out, "nft add chain netdev vmlane "+name+" { type filter hook ingress device "+name+" priority -500; }")
+	}
 	slices.Sort(out)
+	return out, nil
+}
+
+// ingressChains names the chains of the netdev table vmlane whose link
+// exists. Kernels differ on a chain whose link went (before Linux 6.16 it
+// goes with the link, later it stays unbound until vmlaned's sync removes
+// it): neither world prints those.
+func ingressChains() ([]string, error) {
+	c, err := nftables.New()
+	if err != nil {
+		return nil, err
+	}
+	all, err := c.ListChainsOfTableFamily(nftables.TableFamilyNetdev)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, ch := range all {
+		if ch.Table.Name != "vmlane" {
+			continue
+		}
+		if _, err := netlinksafe.LinkByName(ch.Name); err == nil {
+			out = append(out, ch.Name)
+		}
+	}
 	return out, nil
 }
 

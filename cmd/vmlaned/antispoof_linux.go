@@ -7,7 +7,11 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/netip"
 	"time"
+
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/vishvananda/netlink"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -98,18 +102,63 @@ func syncAntiSpoof(tb antispoof.Table, leaseFile string, m *antiSpoofMetrics, lo
 	for _, p := range ch.Removed {
 		log.Info("anti-spoofing port removed", "port", p.Name, "mac", p.MAC.String(), "ip", p.IP, "ip6", p.IP6)
 	}
+	for _, name := range ch.Attached {
+		log.Info("anti-spoofing ingress check attached", "port", name)
+	}
+	for _, name := range ch.Detached {
+		log.Info("anti-spoofing ingress check removed", "port", name)
+	}
+	return nil
+}
+
+// bridgeRouters6 are the node's IPv6 link-local addresses on the bridge,
+// which the anti-spoofing table keeps pods from sending as or advertising:
+// the one the kernel derives from the bridge's MAC (the bridge gets it only
+// once a port is up) and any the bridge has. nil when the bridge cannot be
+// read, which leaves the table's as they are.
+func bridgeRouters6(name string) []netip.Addr {
+	l, err := netlinksafe.LinkByName(name)
+	if err != nil {
+		return nil
+	}
+	out := []netip.Addr{antispoof.LinkLocalEUI64(l.Attrs().HardwareAddr)}
+	addrs, err := netlinksafe.AddrList(l, netlink.FAMILY_V6)
+	if err != nil {
+		return nil
+	}
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.IsLinkLocalUnicast() && ip != out[0] {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
+// keepNoLinkLocalLearn puts the bridge's no_linklocal_learn back if someone
+// turned it off (see bridge.EnsureNoLinkLocalLearn), counting it as a
+// repair.
+func keepNoLinkLocalLearn(name string, m *antiSpoofMetrics, log *slog.Logger) error {
+	changed, err := bridge.EnsureNoLinkLocalLearn(name)
+	if err != nil {
+		return err
+	}
+	if changed {
+		m.repairs.Inc()
+		log.Warn("the bridge learnt source MACs from link-local frames (no_linklocal_learn was off); turned it on again", "bridge", name)
+	}
 	return nil
 }
 
 // runAntiSpoof syncs at once and then every period until ctx ends. A
 // failure is logged once until a sync succeeds again.
-func runAntiSpoof(ctx context.Context, bridge, leaseFile string, period time.Duration, m *antiSpoofMetrics, log *slog.Logger) {
+func runAntiSpoof(ctx context.Context, bridgeName, leaseFile string, period time.Duration, m *antiSpoofMetrics, log *slog.Logger) {
 	log = log.With("component", "antispoof")
 	t := time.NewTicker(period)
 	defer t.Stop()
 	failing := false
 	for {
-		err := syncAntiSpoof(antispoof.Table{Name: plugin.AntiSpoofTable(bridge)}, leaseFile, m, log)
+		tb := antispoof.Table{Name: plugin.AntiSpoofTable(bridgeName), Routers6: bridgeRouters6(bridgeName)}
+		err := errors.Join(syncAntiSpoof(tb, leaseFile, m, log), keepNoLinkLocalLearn(bridgeName, m, log))
 		switch {
 		case err != nil:
 			m.syncErrors.Inc()

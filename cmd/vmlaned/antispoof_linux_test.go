@@ -4,8 +4,11 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/google/nftables"
 
 	"github.com/vmlane/vmlane/internal/antispoof"
 	"github.com/vmlane/vmlane/internal/testing/netnstest"
@@ -36,6 +39,14 @@ func TestAntiSpoofFollowsLeases(t *testing.T) {
 	}
 	eventually(t, "the table back with the port after it was deleted", holds(want))
 	d.waitLog(t, "the repair", func(l string) bool { return strings.Contains(l, "anti-spoofing table was changed or removed") })
+	eventually(t, "the port's ingress chain back with the table", hasChain(node, port, true))
+
+	// The bridge's no_linklocal_learn, turned off by hand, comes back.
+	node.MustRun(t, "ip", "link", "set", "vmlane0", "type", "bridge", "no_linklocal_learn", "0")
+	d.waitLog(t, "the bridge option's repair", func(l string) bool { return strings.Contains(l, "no_linklocal_learn was off") })
+	if out := node.MustRun(t, "ip", "-d", "link", "show", "vmlane0"); !strings.Contains(out, "no_linklocal_learn 1") {
+		t.Errorf("bridge after the repair:\n%s", out)
+	}
 
 	s, err := leases.Open(d.leaseFile, netip.MustParsePrefix("10.250.31.0/24"), netip.MustParseAddr("10.250.31.1"))
 	if err != nil {
@@ -45,6 +56,30 @@ func TestAntiSpoofFollowsLeases(t *testing.T) {
 		t.Fatalf("releasing the lease: %v %v", ok, err)
 	}
 	eventually(t, "the port gone with its lease", holds(""))
+	eventually(t, "the port's ingress chain gone with its lease", hasChain(node, port, false))
+}
+
+// hasChain is a condition for eventually: the netdev table vmlane has (or,
+// want false, has not) a chain for port.
+func hasChain(node *netnstest.NS, port string, want bool) func() (bool, string) {
+	return func() (bool, string) {
+		var names []string
+		err := node.Do(func() error {
+			c, err := nftables.New()
+			if err != nil {
+				return err
+			}
+			chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyNetdev)
+			for _, ch := range chains {
+				names = append(names, ch.Table.Name+"/"+ch.Name)
+			}
+			return err
+		})
+		if err != nil {
+			return false, err.Error()
+		}
+		return slices.Contains(names, antispoof.TableName+"/"+port) == want, fmt.Sprintf("netdev chains %q", names)
+	}
 }
 
 // TestAntiSpoofBackfillsLeasesFromBefore: a pod attached by a plugin from
@@ -81,6 +116,7 @@ func TestAntiSpoofBackfillsLeasesFromBefore(t *testing.T) {
 	d.start(t)
 	want := fmt.Sprintf("%s %s %s", port, tap.Mac, ip)
 	eventually(t, "the old pod's port checked after the restart", tableHolds(tb, want))
+	eventually(t, "the old pod's port's ingress chain after the restart", hasChain(node, port, true))
 	snap, err := leases.Read(d.leaseFile)
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"github.com/vmlane/vmlane/internal/testing/privtest"
 	"github.com/vmlane/vmlane/internal/testing/testvm"
 	"github.com/vmlane/vmlane/leases"
+	"github.com/vmlane/vmlane/plugin"
 )
 
 // The hostile-guest suite: one node (vmlaned standalone, the CNI plugin),
@@ -47,10 +48,11 @@ type hostileNode struct {
 	on               bool
 }
 
-func newHostileNode(t *testing.T, on bool, cidr string) *hostileNode {
+func newHostileNode(t *testing.T, on bool, cidrs string) *hostileNode {
 	t.Helper()
 	bin := buildBinaries(t)
 	node := netnstest.New(t, "node")
+	cidr, _, _ := strings.Cut(cidrs, ",")
 	prefix := netip.MustParsePrefix(cidr)
 	n := &hostileNode{gw: prefix.Addr().Next(), on: on}
 	// A dynamic range too, the worst case for a flood: each forged
@@ -59,7 +61,7 @@ func newHostileNode(t *testing.T, on bool, cidr string) *hostileNode {
 	dyn[3] = 200
 	first := netip.AddrFrom4(dyn)
 	dyn[3] = 250
-	n.d = startStandalone(t, bin, node, cidr, "--anti-spoof="+strconv.FormatBool(on), "--lease-time", "1m",
+	n.d = startStandalone(t, bin, node, cidrs, "--anti-spoof="+strconv.FormatBool(on), "--lease-time", "1m",
 		"--dhcp-range", first.String()+"-"+netip.AddrFrom4(dyn).String())
 	mk := func(name string) *hostilePod {
 		p := &hostilePod{ns: netnstest.New(t, name), pod: "vm-" + name}
@@ -237,7 +239,40 @@ func (n *hostileNode) attacks(t *testing.T) []attackResult {
 	a.send(t, a.mac, frametest.TypeIPv4, frametest.UDP4(any4, bcast, 68, 67, decline.ToBytes()))
 	time.Sleep(quiet)
 	record("forged DECLINE of a neighbour's address", n.lease(t, v.mac).State == leases.StateDeclined)
+
+	// On a dual-stack node: the node's neighbour entry for the victim's
+	// IPv6 address, then an unsolicited NA (override) from the attacker
+	// for that address, carrying the attacker's MAC.
+	if v6 := n.lease(t, v.mac).IP6; v6.IsValid() {
+		n.d.node.MustRun(t, "ip", "-6", "neigh", "replace", v6.String(), "lladdr", v.mac.String(), "dev", "vmlane0", "nud", "stale")
+		na := frametest.NeighAdvert(netip.MustParseAddr("fe80::bad"), netip.MustParseAddr("ff02::1"), v6, true, false, frametest.LLAddrOption(2, a.mac))
+		a.send(t, a.mac, frametest.TypeIPv6, na)
+		time.Sleep(quiet)
+		neigh := n.d.node.MustRun(t, "ip", "-6", "neigh", "show", v6.String(), "dev", "vmlane0")
+		record("NA poisoning (node's entry for a neighbour's IPv6 address)", strings.Contains(neigh, a.mac.String()))
+	}
 	return out
+}
+
+// linkLocalAttack sends, from the attacker's port, a frame with the
+// victim's MAC as its source to each 802.1D link-local group address and
+// reports the groups that put the victim's MAC on the attacker's port in
+// the bridge's forwarding database: the node's traffic to the victim
+// would go to the attacker.
+func (n *hostileNode) linkLocalAttack(t *testing.T) (learned []string) {
+	v, a := n.victim, n.attacker
+	port := plugin.HostVethName(leases.Key{ContainerID: "cid-attacker", IfName: "eth0"})
+	for g := range 16 {
+		group := net.HardwareAddr{0x01, 0x80, 0xc2, 0x00, 0x00, byte(g)}
+		if err := a.eth.Send(frametest.Ether(group, v.mac, 0x88cc, []byte("hostile: link-local"))); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+		if fdb := n.d.node.MustRun(t, "bridge", "fdb", "show", "br", "vmlane0", "dev", port); strings.Contains(fdb, v.mac.String()) {
+			learned = append(learned, fmt.Sprintf("%02x", g))
+		}
+	}
+	return learned
 }
 
 // flood sends count DISCOVERs with distinct forged chaddrs from the
@@ -279,12 +314,21 @@ func bothWays(t *testing.T, cidrs [2]string, fn func(t *testing.T, n *hostileNod
 
 func TestHostileGuests(t *testing.T) {
 	privtest.Require(t, "ip", "iptables")
-	bothWays(t, [2]string{"10.250.50.0/24", "10.250.51.0/24"}, func(t *testing.T, n *hostileNode) {
+	bothWays(t, [2]string{"10.250.50.0/24,fd00:250:50::/64", "10.250.51.0/24,fd00:250:51::/64"}, func(t *testing.T, n *hostileNode) {
 		for _, r := range n.attacks(t) {
 			t.Logf("%-60s worked=%v", r.name, r.worked)
 			if r.worked == n.on {
 				t.Errorf("%s: worked=%v with anti-spoofing on=%v", r.name, r.worked, n.on)
 			}
+		}
+		// Every vmlane bridge has no_linklocal_learn on, anti-spoofing or
+		// not (with it off, a plain frame from the victim's MAC does the
+		// same, as the MAC spoof above shows); internal/antispoof's
+		// TestLinkLocalFramesLearnNothing shows it working without.
+		learned := n.linkLocalAttack(t)
+		t.Logf("%-60s groups %v", "link-local frames with the neighbour's MAC learnt from", learned)
+		if n.on && len(learned) > 0 {
+			t.Errorf("with anti-spoofing on, link-local frames to groups %v put the victim's MAC on the attacker's port", learned)
 		}
 		start := time.Now()
 		n.d.cniAdd(t, netnstest.New(t, "quiet"), "cid-quiet", "vm-quiet")

@@ -2,23 +2,38 @@
 // node bridge: frames from a port must carry the port's MAC as source, IPv4
 // packets its address (or 0.0.0.0 for DHCP), ARP its MAC and address as
 // sender, IPv6 packets its IPv6 address when it has one, a link-local
-// address or :: (DAD, DHCPv6 and neighbour discovery use those). DHCP and
-// DHCPv6 server replies, IPv6 router advertisements and
-// redirects, and DHCP client messages whose chaddr is not the frame's
-// source are dropped, and so is every ethertype but IPv4, ARP and IPv6
-// (802.1Q tags included).
+// address or :: (DAD, DHCPv6 and neighbour discovery use those), but never
+// the node's own link-local address (the pods' router). Neighbour
+// advertisements must name the port's own IPv6 address (or a link-local
+// one, not the router's) as target, and the link-layer address options of
+// NS, NA and RS the frame's own MAC. DHCP and DHCPv6 server replies, IPv6
+// router advertisements and redirects, and DHCP client messages whose
+// chaddr is not the frame's source are dropped, and so is every ethertype
+// but IPv4, ARP and IPv6 (802.1Q tags included).
 //
-// The rules live in an nftables table of vmlane's own in the bridge family
-// (table bridge vmlane), programmed over netlink: no nft binary is needed
-// on the node. The table's rules are fixed; what varies is three sets,
-// keyed by the host end's interface name:
+// The rules live in two nftables tables of vmlane's own, programmed over
+// netlink (no nft binary is needed on the node). The bridge family's
+// table (table bridge vmlane) checks every frame on the bridge's
+// prerouting hook. Its rules are fixed; what varies is its sets, keyed by
+// the host end's interface name:
 //
-//	ports   ifname                             ports that are checked
-//	macs    ifname . ether_addr                a port's MAC
-//	addrs   ifname . ether_addr . ipv4_addr    a port's MAC and address
-//	addrs6  ifname . ether_addr . ipv6_addr    a port's MAC and IPv6 address
+//	ports    ifname                             ports that are checked
+//	macs     ifname . ether_addr                a port's MAC
+//	addrs    ifname . ether_addr . ipv4_addr    a port's MAC and address
+//	addrs6   ifname . ether_addr . ipv6_addr    a port's MAC and IPv6 address
+//	routers6 ipv6_addr                          the node's link-local addresses
 //
-// Each vmlane network (each bridge) has a table of its own: vmlane for the
+// The bridge handles frames to the 802.1D link-local group addresses
+// (01:80:c2:00:00:0X) outside that hook, and learns their source MACs, so
+// the netdev family's table of the same name holds a base chain per
+// checked port on its link's ingress hook, which runs before the bridge
+// sees a frame: the source MAC must be the port's (its own copy of macs)
+// and nothing goes to those groups. A chain is bound to a link that must
+// exist (before Linux 6.16), so the CNI plugin attaches it between
+// creating the veth and joining it to the bridge (Table.Attach), and Sync
+// attaches the missing ones of links that exist.
+//
+// Each vmlane network (each bridge) has tables of its own: vmlane for the
 // default bridge, vmlane-BRIDGE for another (plugin.AntiSpoofTable), so
 // that the vmlaned of one network, which makes its table hold exactly the
 // ports of its lease file, never removes another network's. A port is in
@@ -30,12 +45,11 @@
 //
 // A port that is in no set is not checked, so an attachment with
 // anti-spoofing off, or anything else on the bridge, passes as before.
-// Adding or removing a port is one netlink transaction that touches only
-// its set elements, and the elements can be added before the port exists
-// (the CNI plugin adds them before the veth joins the bridge, so no frame
-// is ever forwarded unchecked).
+// Adding or removing a port's identity is one netlink transaction that
+// touches only its set elements, and the elements can be added before the
+// port exists; attaching its ingress chain is one more, which only adds.
 //
-// Ensure writes the table whole in one transaction (add table, sets and
+// Ensure writes the tables whole in one transaction (add tables, sets and
 // chains; flush the chains; add the rules), which is idempotent, atomic
 // and safe to run from several processes at once: the kernel serializes
 // nftables transactions, and the set elements survive it.
@@ -88,6 +102,11 @@ type View struct {
 	Ports []Port
 	// Exists is false for no table, or one Add would write whole.
 	Exists bool
+	// Routers6 is what the routers6 set held.
+	Routers6 []netip.Addr
+	// ndMACs are the keys of the netdev table's macs set (nil when it
+	// has none).
+	ndMACs [][]byte
 }
 
 // ifNameSize is IFNAMSIZ: the kernel's interface names, NUL included.
@@ -179,6 +198,10 @@ type Changes struct {
 	// empty when it was intact.
 	Repaired       string
 	Added, Removed []Port
+	// Attached names the ports whose ingress chain Sync put on their
+	// link (one attached by a vmlane from before the chains, or whose
+	// chain someone deleted), Detached those whose chain it removed.
+	Attached, Detached []string
 }
 
 // diff returns the ports of want that have does not hold exactly, and the
@@ -212,6 +235,40 @@ func diff(have, want []Port) (add, remove []Port) {
 func newer(have, listed []Port) []Port {
 	_, out := diff(have, listed)
 	return out
+}
+
+// LinkLocalEUI64 is the IPv6 link-local address the kernel gives a link
+// with MAC mac by default (RFC 4291 appendix A; addr_gen_mode eui64):
+// the one the node's bridge gets from its fixed MAC, before the bridge
+// exists.
+func LinkLocalEUI64(mac net.HardwareAddr) netip.Addr {
+	if len(mac) != 6 {
+		return netip.Addr{}
+	}
+	a := [16]byte{0: 0xfe, 1: 0x80, 8: mac[0] ^ 0x02, 9: mac[1], 10: mac[2], 11: 0xff, 12: 0xfe, 13: mac[3], 14: mac[4], 15: mac[5]}
+	return netip.AddrFrom16(a)
+}
+
+func sameAddrs(a, b []netip.Addr) bool {
+	m := map[netip.Addr]bool{}
+	for _, x := range a {
+		m[x] = true
+	}
+	n := map[netip.Addr]bool{}
+	for _, x := range b {
+		if x.Is6() && !x.Is4In6() {
+			n[x] = true
+		}
+	}
+	if len(m) != len(n) {
+		return false
+	}
+	for x := range n {
+		if !m[x] {
+			return false
+		}
+	}
+	return true
 }
 
 // without returns the ports not called name.

@@ -3,6 +3,7 @@ package antispoof
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -12,7 +13,9 @@ import (
 	"github.com/google/nftables/userdata"
 )
 
-// Table is one of vmlane's tables in one network namespace.
+// Table is one of vmlane's tables in one network namespace: the bridge
+// family's table of that name and the netdev family's table of the same
+// name, which holds the ingress chains of its ports.
 type Table struct {
 	// NetNS is the path of the network namespace; empty is the
 	// caller's own.
@@ -20,12 +23,21 @@ type Table struct {
 	// Name is the table's name (plugin.AntiSpoofTable names the table
 	// of a bridge); empty is TableName.
 	Name string
+	// Routers6 are the node's IPv6 link-local addresses on the bridge,
+	// which no port may send from or advertise. Add writes them with a
+	// table it makes, Sync makes the table hold exactly these; nil
+	// leaves what the table holds.
+	Routers6 []netip.Addr
 }
 
-// conn is a netlink connection to a Table's namespace, and the table.
+// conn is a netlink connection to a Table's namespace, and the tables.
 type conn struct {
 	*nftables.Conn
-	tb *nftables.Table
+	tb *nftables.Table // bridge family
+	nd *nftables.Table // netdev family, same name
+	// netns is the namespace's path ("" for the caller's own), for
+	// reading its links.
+	netns string
 }
 
 func (t Table) conn() (*conn, func(), error) {
@@ -34,9 +46,10 @@ func (t Table) conn() (*conn, func(), error) {
 		name = TableName
 	}
 	tb := &nftables.Table{Name: name, Family: nftables.TableFamilyBridge}
+	nd := &nftables.Table{Name: name, Family: nftables.TableFamilyNetdev}
 	if t.NetNS == "" {
 		c, err := nftables.New()
-		return &conn{c, tb}, func() {}, err
+		return &conn{c, tb, nd, ""}, func() {}, err
 	}
 	f, err := os.Open(t.NetNS)
 	if err != nil {
@@ -47,7 +60,7 @@ func (t Table) conn() (*conn, func(), error) {
 		f.Close()
 		return nil, nil, err
 	}
-	return &conn{c, tb}, func() { f.Close() }, nil
+	return &conn{c, tb, nd, t.NetNS}, func() { f.Close() }, nil
 }
 
 func sets(table *nftables.Table) []*nftables.Set {
@@ -60,6 +73,12 @@ func sets(table *nftables.Table) []*nftables.Set {
 		{Table: table, Name: setAddrs6, Concatenation: true,
 			KeyType: nftables.MustConcatSetType(nftables.TypeIFName, nftables.TypeEtherAddr, nftables.TypeIP6Addr)},
 	}
+}
+
+// routers6Set is the bridge table's set of the node's link-local
+// addresses; it is not keyed by port, so it stays out of sets.
+func routers6Set(table *nftables.Table) *nftables.Set {
+	return &nftables.Set{Table: table, Name: setRouters6, KeyType: nftables.TypeIP6Addr}
 }
 
 // basePriority is the bridge family's filter priority
@@ -86,10 +105,11 @@ func comment(chain, name string) []byte {
 
 // queueEnsure adds the whole table to c's batch: table, sets and chains
 // (no-ops when present, elements kept), then each chain flushed and its
-// rules added.
+// rules added; and the netdev table with its set (its chains are the
+// ports', see queueAttach).
 func queueEnsure(c *conn) error {
 	c.AddTable(c.tb)
-	for _, s := range sets(c.tb) {
+	for _, s := range append(sets(c.tb), routers6Set(c.tb)) {
 		if err := c.AddSet(s, nil); err != nil {
 			return fmt.Errorf("antispoof: set %s: %w", s.Name, err)
 		}
@@ -103,6 +123,38 @@ func queueEnsure(c *conn) error {
 		c.FlushChain(ch)
 		for _, r := range spec.rules {
 			c.AddRule(&nftables.Rule{Table: c.tb, Chain: ch, Exprs: r.exprs, UserData: comment(spec.name, r.name)})
+		}
+	}
+	c.AddTable(c.nd)
+	if err := c.AddSet(netdevMACsSet(c.nd), nil); err != nil {
+		return fmt.Errorf("antispoof: netdev set %s: %w", netdevMACs, err)
+	}
+	return nil
+}
+
+// queueRouters6 adds to c's batch what makes the routers6 set hold
+// exactly want, have being what it holds.
+func queueRouters6(c *conn, have []netip.Addr, want []netip.Addr) error {
+	key := func(a netip.Addr) []byte { b := a.As16(); return b[:] }
+	var h, w [][]byte
+	for _, a := range have {
+		h = append(h, key(a))
+	}
+	for _, a := range want {
+		if a.Is6() && !a.Is4In6() {
+			w = append(w, key(a))
+		}
+	}
+	del, add := elementDiff(h, w)
+	s := routers6Set(c.tb)
+	if len(del) > 0 {
+		if err := c.SetDeleteElements(s, del); err != nil {
+			return fmt.Errorf("antispoof: set %s: %w", setRouters6, err)
+		}
+	}
+	if len(add) > 0 {
+		if err := c.SetAddElements(s, add); err != nil {
+			return fmt.Errorf("antispoof: set %s: %w", setRouters6, err)
 		}
 	}
 	return nil
@@ -156,43 +208,87 @@ func (t Table) add(p Port, seen *View) error {
 		return err
 	}
 	return t.retry(func(c *conn) error {
-		var old []Port
-		var exists bool
+		var v View
 		if seen != nil {
-			old, exists, seen = seen.Ports, seen.Exists, nil
+			v, seen = *seen, nil
 		} else {
 			var err error
-			if old, exists, err = portsIn(c); err != nil {
+			if v, err = read(c); err != nil {
 				return err
 			}
 		}
-		if !exists {
+		if !v.Exists {
 			if err := queueEnsure(c); err != nil {
 				return err
 			}
+			if err := queueRouters6(c, v.Routers6, t.Routers6); err != nil {
+				return err
+			}
 		}
-		after := append(without(old, p.Name), p)
-		if err := queueChange(c, old, after); err != nil {
+		after := append(without(v.Ports, p.Name), p)
+		if err := queueChange(c, v, after); err != nil {
 			return err
 		}
 		return flush(c, "adding port "+p.String())
 	})
 }
 
+// Attach puts the ingress check of p's port on its link (the host veth),
+// which must exist: the CNI plugin calls it after making the veth and
+// before the veth joins the bridge, so no frame of the port reaches the
+// bridge unchecked. It writes p's MAC into the netdev table too, so that
+// it holds after an Add that a newer table made redundant.
+func (t Table) Attach(p Port) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	c, done, err := t.conn()
+	if err != nil {
+		return err
+	}
+	defer done()
+	c.AddTable(c.nd)
+	s := netdevMACsSet(c.nd)
+	if err := c.AddSet(s, nil); err != nil {
+		return fmt.Errorf("antispoof: netdev set %s: %w", netdevMACs, err)
+	}
+	if err := c.SetAddElements(s, []nftables.SetElement{{Key: macKey(p.Name, p.MAC)}}); err != nil {
+		return fmt.Errorf("antispoof: netdev set %s: %w", netdevMACs, err)
+	}
+	queueAttach(c, p.Name)
+	return flush(c, "attaching the ingress check of port "+p.Name)
+}
+
 // Remove removes every identity of the named ports, in one transaction.
 // A port with none, or no table, is success.
 func (t Table) Remove(names ...string) error {
 	return t.retry(func(c *conn) error {
-		old, _, err := portsIn(c)
-		after := old
+		v, err := read(c)
+		if err != nil {
+			return err
+		}
+		after := v.Ports
 		for _, name := range names {
 			after = without(after, name)
 		}
-		if err != nil || len(after) == len(old) {
+		chains, err := ingressChains(c)
+		if err != nil {
 			return err
 		}
-		if err := queueChange(c, old, after); err != nil {
+		var detach []string
+		for _, name := range names {
+			if _, ok := chains[name]; ok {
+				detach = append(detach, name)
+			}
+		}
+		if len(after) == len(v.Ports) && len(detach) == 0 && !hasKeys(v.ndMACs, names) {
+			return nil
+		}
+		if err := queueChange(c, v, after); err != nil {
 			return err
+		}
+		for _, name := range detach {
+			c.DelChain(ingressChain(c.nd, name))
 		}
 		return flush(c, "removing ports "+strings.Join(names, ", "))
 	})
@@ -211,8 +307,7 @@ func (t Table) View() (View, error) {
 		return View{}, err
 	}
 	defer done()
-	ports, exists, err := portsIn(c)
-	return View{Ports: ports, Exists: exists}, err
+	return read(c)
 }
 
 // Sync makes the table whole (if Verify finds it damaged) and its ports
@@ -237,17 +332,38 @@ func (t Table) Sync(want, listed []Port) (Changes, error) {
 				return err
 			}
 		}
-		have, _, err := portsIn(c)
+		v, err := read(c)
 		if err != nil {
 			return err
 		}
-		after := append(slices.Clip(want), newer(have, listed)...)
-		ch.Added, ch.Removed = diff(have, after)
-		if ch.Repaired == "" && len(ch.Added)+len(ch.Removed) == 0 {
+		after := append(slices.Clip(want), newer(v.Ports, listed)...)
+		ch.Added, ch.Removed = diff(v.Ports, after)
+		routers := t.Routers6 != nil && !sameAddrs(v.Routers6, t.Routers6)
+		if routers {
+			if err := queueRouters6(c, v.Routers6, t.Routers6); err != nil {
+				return err
+			}
+		}
+		attach, detach, repair, err := ingressPlan(c, after)
+		if err != nil {
+			return err
+		}
+		ch.Attached, ch.Detached = attach, detach
+		if len(repair) > 0 {
+			ch.Repaired = strings.TrimPrefix(ch.Repaired+"; ingress chains changed: "+strings.Join(repair, ", "), "; ")
+		}
+		ndStale := !sameKeys(v.ndMACs, keysOf(after, 1))
+		if ch.Repaired == "" && len(ch.Added)+len(ch.Removed)+len(attach)+len(detach) == 0 && !routers && !ndStale {
 			return nil
 		}
-		if err := queueChange(c, have, after); err != nil {
+		if err := queueChange(c, v, after); err != nil {
 			return err
+		}
+		for _, name := range detach {
+			c.DelChain(ingressChain(c.nd, name))
+		}
+		for _, name := range append(attach, repair...) {
+			queueAttach(c, name)
 		}
 		return flush(c, "syncing table bridge "+c.tb.Name)
 	})
@@ -273,14 +389,28 @@ func (t Table) Delete() error {
 		return err
 	}
 	defer done()
-	if _, err := c.ListTableOfFamily(c.tb.Name, nftables.TableFamilyBridge); err != nil {
-		if isNotExist(err) || unsupported(err) {
-			return nil
+	n := 0
+	for _, tb := range []*nftables.Table{c.tb, c.nd} {
+		if _, err := c.ListTableOfFamily(tb.Name, tb.Family); err != nil {
+			if isNotExist(err) || unsupported(err) {
+				continue
+			}
+			return fmt.Errorf("antispoof: looking up table %s %s: %w", familyName(tb.Family), tb.Name, err)
 		}
-		return fmt.Errorf("antispoof: looking up table bridge %s: %w", TableName, err)
+		c.DelTable(tb)
+		n++
 	}
-	c.DelTable(c.tb)
-	return flush(c, "deleting table bridge "+c.tb.Name)
+	if n == 0 {
+		return nil
+	}
+	return flush(c, "deleting tables "+c.tb.Name)
+}
+
+func familyName(f nftables.TableFamily) string {
+	if f == nftables.TableFamilyNetdev {
+		return "netdev"
+	}
+	return "bridge"
 }
 
 // retry runs fn on a fresh connection, again when another process's
@@ -310,63 +440,106 @@ func unsupported(err error) bool {
 	return errors.Is(err, syscall.EAFNOSUPPORT) || errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.EPROTONOSUPPORT)
 }
 
-// portsIn reads the ports from the addrs set; a missing table or set has
-// none, and exists false.
-func portsIn(c *conn) (ports []Port, exists bool, err error) {
-	s, err := c.GetSetByName(c.tb, setAddrs)
+// read reads the tables: the ports from the addrs and addrs6 sets, the
+// routers6 set, and the netdev table's copy of the macs. Exists is false
+// when a set of either table is missing (no table, or one written by a
+// vmlane from before the set): Add then writes the tables whole (Ensure
+// keeps the elements), and Sync's verify repairs them.
+func read(c *conn) (View, error) {
+	var v View
+	have, err := c.GetSets(c.tb)
 	if err != nil {
-		if isNotExist(err) || unsupported(err) {
-			return nil, false, nil
+		// GetSets does not wrap the kernel's error: ask for the table,
+		// whose lookup does, to tell no table from a failure.
+		if _, terr := c.ListTableOfFamily(c.tb.Name, nftables.TableFamilyBridge); isNotExist(terr) || unsupported(terr) {
+			return v, nil
 		}
-		return nil, false, fmt.Errorf("antispoof: reading set %s: %w", setAddrs, err)
+		return v, fmt.Errorf("antispoof: listing the sets of table bridge %s: %w", c.tb.Name, err)
 	}
-	elems, err := c.GetSetElements(s)
-	if err != nil {
-		return nil, true, fmt.Errorf("antispoof: reading set %s: %w", setAddrs, err)
+	byName := map[string]*nftables.Set{}
+	for _, s := range have {
+		byName[s.Name] = s
 	}
-	keys := make([][]byte, len(elems))
-	for i, e := range elems {
-		keys[i] = e.Key
-	}
-	if ports, err = portsFromAddrs(keys); err != nil {
-		return nil, true, err
-	}
-	// A table from before addrs6 counts as none: Add writes it whole
-	// (Ensure keeps the elements), and Sync's verify repairs it.
-	s6, err := c.GetSetByName(c.tb, setAddrs6)
-	if err != nil {
-		if isNotExist(err) {
-			return ports, false, nil
+	elements := func(name string) ([][]byte, error) {
+		s := byName[name]
+		if s == nil {
+			return nil, nil
 		}
-		return nil, true, fmt.Errorf("antispoof: reading set %s: %w", setAddrs6, err)
+		elems, err := c.GetSetElements(s)
+		if err != nil {
+			return nil, fmt.Errorf("antispoof: reading set %s: %w", name, err)
+		}
+		keys := make([][]byte, len(elems))
+		for i, e := range elems {
+			keys[i] = e.Key
+		}
+		return keys, nil
 	}
-	elems, err = c.GetSetElements(s6)
+	if byName[setAddrs] == nil {
+		return v, nil
+	}
+	keys, err := elements(setAddrs)
 	if err != nil {
-		return nil, true, fmt.Errorf("antispoof: reading set %s: %w", setAddrs6, err)
+		return v, err
 	}
-	keys = keys[:0]
-	for _, e := range elems {
-		keys = append(keys, e.Key)
+	if v.Ports, err = portsFromAddrs(keys); err != nil {
+		return v, err
 	}
-	return ports, true, withAddrs6(ports, keys)
+	if keys, err = elements(setAddrs6); err != nil {
+		return v, err
+	}
+	if err := withAddrs6(v.Ports, keys); err != nil {
+		return v, err
+	}
+	if keys, err = elements(setRouters6); err != nil {
+		return v, err
+	}
+	for _, k := range keys {
+		if len(k) == 16 {
+			v.Routers6 = append(v.Routers6, netip.AddrFrom16([16]byte(k)))
+		}
+	}
+	nd, ndErr := c.GetSetByName(c.nd, netdevMACs)
+	switch {
+	case ndErr == nil:
+		elems, err := c.GetSetElements(nd)
+		if err != nil {
+			return v, fmt.Errorf("antispoof: reading netdev set %s: %w", netdevMACs, err)
+		}
+		v.ndMACs = make([][]byte, 0, len(elems))
+		for _, e := range elems {
+			v.ndMACs = append(v.ndMACs, e.Key)
+		}
+	case !isNotExist(ndErr) && !unsupported(ndErr):
+		return v, fmt.Errorf("antispoof: reading netdev set %s: %w", netdevMACs, ndErr)
+	}
+	v.Exists = byName[setAddrs6] != nil && byName[setRouters6] != nil && v.ndMACs != nil
+	return v, nil
 }
 
-// queueChange adds to c's batch what turns the ports have into after:
+// queueChange adds to c's batch what turns the ports v holds into after:
 // each set's elements that after lacks are deleted, the ones it adds are
-// added. Elements two ports share (a port with two addresses has one name
-// and one MAC) stay while any port needs them.
-func queueChange(c *conn, have, after []Port) error {
+// added, in both tables. Elements two ports share (a port with two
+// addresses has one name and one MAC) stay while any port needs them.
+func queueChange(c *conn, v View, after []Port) error {
 	for i, s := range sets(c.tb) {
-		del, add := elementDiff(keysOf(have, i), keysOf(after, i))
-		if len(del) > 0 {
-			if err := c.SetDeleteElements(s, del); err != nil {
-				return fmt.Errorf("antispoof: set %s: %w", s.Name, err)
-			}
+		if err := queueElements(c, s, keysOf(v.Ports, i), keysOf(after, i)); err != nil {
+			return err
 		}
-		if len(add) > 0 {
-			if err := c.SetAddElements(s, add); err != nil {
-				return fmt.Errorf("antispoof: set %s: %w", s.Name, err)
-			}
+	}
+	return queueElements(c, netdevMACsSet(c.nd), v.ndMACs, keysOf(after, 1))
+}
+
+func queueElements(c *conn, s *nftables.Set, have, want [][]byte) error {
+	del, add := elementDiff(have, want)
+	if len(del) > 0 {
+		if err := c.SetDeleteElements(s, del); err != nil {
+			return fmt.Errorf("antispoof: set %s: %w", s.Name, err)
+		}
+	}
+	if len(add) > 0 {
+		if err := c.SetAddElements(s, add); err != nil {
+			return fmt.Errorf("antispoof: set %s: %w", s.Name, err)
 		}
 	}
 	return nil
@@ -431,7 +604,7 @@ func verify(c *conn) error {
 		return fmt.Errorf("antispoof: listing sets: %w", err)
 	}
 	var problems []string
-	for _, want := range sets(c.tb) {
+	for _, want := range append(sets(c.tb), routers6Set(c.tb)) {
 		i := slices.IndexFunc(have, func(s *nftables.Set) bool { return s.Name == want.Name })
 		switch {
 		case i < 0:
@@ -453,27 +626,46 @@ func verify(c *conn) error {
 		if p := chainProblem(chains[i], chain(c.tb, spec.name)); p != "" {
 			problems = append(problems, "chain "+spec.name+" "+p)
 		}
-		rules, err := c.GetRules(c.tb, chains[i])
+		p, err := rulesProblem(c, c.tb, chains[i], spec.name, spec.rules)
 		if err != nil {
-			return fmt.Errorf("antispoof: listing rules of %s: %w", spec.name, err)
+			return err
 		}
-		var got, want []string
-		for _, r := range rules {
-			s, _ := userdata.GetString(r.UserData, userdata.TypeComment)
-			got = append(got, s)
-		}
-		for _, r := range spec.rules {
-			s, _ := userdata.GetString(comment(spec.name, r.name), userdata.TypeComment)
-			want = append(want, s)
-		}
-		if !slices.Equal(got, want) {
-			problems = append(problems, fmt.Sprintf("chain %s has rules %q, want %q", spec.name, got, want))
+		if p != "" {
+			problems = append(problems, "chain "+spec.name+" "+p)
 		}
 	}
+	nd, err := verifyIngress(c)
+	if err != nil {
+		return err
+	}
+	problems = append(problems, nd...)
 	if len(problems) > 0 {
 		return errors.New(strings.Join(problems, "; "))
 	}
 	return nil
+}
+
+// rulesProblem compares the rules of ch with spec by their comments
+// (kind names the chain in them): a rule someone inserted has no comment
+// of ours, so it shows too.
+func rulesProblem(c *conn, tb *nftables.Table, ch *nftables.Chain, kind string, spec []rule) (string, error) {
+	rules, err := c.GetRules(tb, ch)
+	if err != nil {
+		return "", fmt.Errorf("antispoof: listing rules of %s %s: %w", familyName(tb.Family), ch.Name, err)
+	}
+	var got, want []string
+	for _, r := range rules {
+		s, _ := userdata.GetString(r.UserData, userdata.TypeComment)
+		got = append(got, s)
+	}
+	for _, r := range spec {
+		s, _ := userdata.GetString(comment(kind, r.name), userdata.TypeComment)
+		want = append(want, s)
+	}
+	if !slices.Equal(got, want) {
+		return fmt.Sprintf("has rules %q, want %q", got, want), nil
+	}
+	return "", nil
 }
 
 // chainProblem compares a chain's hook with the one it should have.

@@ -25,12 +25,17 @@ type lan struct {
 	portB      antispoof.Port
 }
 
-var gw = netip.MustParseAddr("10.9.0.1")
+var (
+	gw = netip.MustParseAddr("10.9.0.1")
+	// router6 is the node's link-local address on the bridge, as the
+	// table is told it (Table.Routers6).
+	router6 = netip.MustParseAddr("fe80::1")
+)
 
 func newLAN(t *testing.T) *lan {
 	t.Helper()
 	l := &lan{node: netnstest.New(t, "node"), a: netnstest.New(t, "a"), b: netnstest.New(t, "b")}
-	l.table = antispoof.Table{NetNS: l.node.Path}
+	l.table = antispoof.Table{NetNS: l.node.Path, Routers6: []netip.Addr{router6}}
 	l.node.MustRun(t, "ip", "link", "add", "br0", "type", "bridge")
 	l.node.MustRun(t, "ip", "addr", "add", gw.String()+"/24", "dev", "br0")
 	l.node.MustRun(t, "ip", "link", "set", "br0", "up")
@@ -84,7 +89,7 @@ func attacks(l *lan) []attack {
 	vlanPayload := udp(ipA, 9999, 9999, "vlan")
 	allNodes := netip.MustParseAddr("ff02::1")
 	udp6 := func(src netip.Addr, s string) []byte { return frametest.UDP6(src, allNodes, 9999, 9999, mark(s)) }
-	return []attack{
+	return append([]attack{
 		named(e(macA, frametest.TypeIPv4, udp(ipA, 9999, 9999, "own")), "own MAC and address", false),
 		named(e(macA, frametest.TypeIPv4, udp(ipB, 9999, 9999, "ip spoof")), "IP spoof (neighbour's address)", true),
 		named(e(macA, frametest.TypeIPv4, udp(gw, 9999, 9999, "gw spoof")), "IP spoof (gateway's address)", true),
@@ -106,6 +111,40 @@ func attacks(l *lan) []attack {
 		named(e(macA, frametest.TypeIPv6, udp6(l.portB.IP6, "ip6 spoof")), "IPv6 spoof (neighbour's address)", true),
 		named(e(macA, frametest.TypeIPv6, udp6(netip.MustParseAddr("fd09::1"), "gw6 spoof")), "IPv6 spoof (gateway's address)", true),
 		named(e(forged, frametest.TypeIPv6, udp6(l.portA.IP6, "mac6 spoof")), "IPv6 with a forged MAC", true),
+	}, ndAttacks(l, e, named)...)
+}
+
+// ndAttacks are neighbour discovery from pod a: advertisements and
+// solicitations that would move a neighbour's (or the router's) entry in
+// the node's and the pods' neighbour caches to a MAC of the attacker's
+// choosing, beside the ones a guest sends every day.
+func ndAttacks(l *lan, e func(net.HardwareAddr, uint16, []byte) attack, named func(attack, string, bool) attack) []attack {
+	macA, ip6A, ip6B := l.portA.MAC, l.portA.IP6, l.portB.IP6
+	forged := net.HardwareAddr{0x02, 0xee, 0, 0, 0, 1}
+	llA, allNodes := netip.MustParseAddr("fe80::a"), netip.MustParseAddr("ff02::1")
+	solicited := func(a netip.Addr) netip.Addr {
+		b := a.As16()
+		return netip.AddrFrom16([16]byte{0xff, 0x02, 11: 1, 12: 0xff, 13: b[13], 14: b[14], 15: b[15]})
+	}
+	tlla, slla := frametest.LLAddrOption(2, macA), frametest.LLAddrOption(1, macA)
+	nd := func(p []byte, name string, stopped bool) attack {
+		return named(e(macA, frametest.TypeIPv6, p), name, stopped)
+	}
+	return []attack{
+		nd(frametest.NeighAdvert(llA, allNodes, ip6B, true, false, tlla), "NA for the neighbour's IPv6 address (override)", true),
+		nd(frametest.NeighAdvert(llA, allNodes, router6, true, false, tlla), "NA for the router's link-local address", true),
+		nd(frametest.NeighAdvert(llA, allNodes, ip6A, true, false, frametest.LLAddrOption(2, forged)), "NA for its own address with a forged target MAC", true),
+		nd(frametest.NeighAdvert(llA, allNodes, ip6A, true, false, tlla, frametest.LLAddrOption(2, forged)), "NA with a second, forged, target MAC", true),
+		nd(frametest.NeighAdvert(ip6A, allNodes, ip6A, true, false, tlla), "NA for its own IPv6 address", false),
+		nd(frametest.NeighAdvert(llA, allNodes, llA, true, true, tlla), "NA for its own link-local address", false),
+		nd(frametest.NeighAdvert(llA, allNodes, ip6A, false, true), "NA with no option", false),
+		nd(frametest.NeighSolicit(llA, solicited(ip6B), ip6B, frametest.LLAddrOption(1, forged)), "NS with a forged source MAC", true),
+		nd(frametest.NeighSolicit(llA, solicited(ip6B), ip6B, slla), "NS for the neighbour, from its own MAC", false),
+		nd(frametest.NeighSolicit(netip.IPv6Unspecified(), solicited(ip6A), ip6A, frametest.NonceOption()), "DAD probe with a nonce", false),
+		nd(frametest.NeighSolicit(router6, solicited(ip6B), ip6B, slla), "NS from the router's link-local address", true),
+		nd(frametest.UDP6(router6, allNodes, 9999, 9999, []byte("vmlane antispoof test: router6")), "IPv6 from the router's link-local address", true),
+		nd(frametest.RouterSolicit(llA, frametest.LLAddrOption(1, forged)), "RS with a forged source MAC", true),
+		nd(frametest.RouterSolicit(llA, slla), "RS from its own MAC", false),
 	}
 }
 
@@ -136,11 +175,13 @@ func TestAttacksStoppedOnlyWithAntiSpoof(t *testing.T) {
 			t.Errorf("without anti-spoofing, %q did not arrive: the test cannot show the rules stop it", a.name)
 		}
 	}
-	if err := l.table.Add(l.portA); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.table.Add(l.portB); err != nil {
-		t.Fatal(err)
+	for _, p := range []antispoof.Port{l.portA, l.portB} {
+		if err := l.table.Add(p); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.table.Attach(p); err != nil {
+			t.Fatal(err)
+		}
 	}
 	after := l.run(t)
 	for _, a := range attacks(l) {

@@ -22,6 +22,10 @@ const (
 	setMACs   = "macs"
 	setAddrs  = "addrs"
 	setAddrs6 = "addrs6"
+	// setRouters6 holds the node's own IPv6 link-local addresses on the
+	// bridge (Table.Routers6): the pods' router, which no port may send
+	// as or advertise.
+	setRouters6 = "routers6"
 )
 
 // Registers. A concatenation is looked up from consecutive 32-bit
@@ -45,8 +49,17 @@ const (
 	portDHCPServer   = 67
 	portDHCPv6Server = 547
 
-	icmpv6RouterAdvert = 134
-	icmpv6Redirect     = 137
+	icmpv6RouterSolicit  = 133
+	icmpv6RouterAdvert   = 134
+	icmpv6NeighSolicit   = 135
+	icmpv6NeighAdvert    = 136
+	icmpv6Redirect       = 137
+	ndOptSourceLLAddr    = 1
+	ndOptTargetLLAddr    = 2
+	ndTarget             = 8  // the target address of an NS or NA (RFC 4861 4.3, 4.4)
+	ndOptions            = 24 // an NS's or NA's first option: after the target
+	rsOptions            = 8  // an RS's first option: after 4 reserved bytes (RFC 4861 4.1)
+	ndLLAddrOptionLength = 8  // an Ethernet link-layer address option: type, length 1, the MAC
 
 	// dhcpChaddr is where a DHCP message's chaddr starts in the UDP
 	// packet: the 8-byte UDP header, then op, htype, hlen, hops (4),
@@ -86,8 +99,10 @@ func notIn(set string, reg uint32) expr.Any {
 
 // The verdicts. Drops count, so `nft list table bridge vmlane` (or the
 // counters vmlaned reads) shows what a guest tried.
-func drop() []expr.Any { return []expr.Any{&expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop}} }
-func accept() expr.Any { return &expr.Verdict{Kind: expr.VerdictAccept} }
+func drop() []expr.Any      { return []expr.Any{counter(), dropVerdict()} }
+func counter() expr.Any     { return &expr.Counter{} }
+func dropVerdict() expr.Any { return &expr.Verdict{Kind: expr.VerdictDrop} }
+func accept() expr.Any      { return &expr.Verdict{Kind: expr.VerdictAccept} }
 func jump(chain string) expr.Any {
 	return &expr.Verdict{Kind: expr.VerdictJump, Chain: chain}
 }
@@ -104,6 +119,32 @@ func icmpv6Type(t byte) []expr.Any {
 		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: regOne}, eq(regOne, []byte{protoICMPv6}),
 		load(expr.PayloadBaseTransportHeader, 0, 1, regOne), eq(regOne, []byte{t}),
 	}
+}
+
+// icmpv6Types matches ICMPv6 messages of types from to to.
+func icmpv6Types(from, to byte) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: regOne}, eq(regOne, []byte{protoICMPv6}),
+		load(expr.PayloadBaseTransportHeader, 0, 1, regOne),
+		&expr.Range{Op: expr.CmpOpEq, Register: regOne, FromData: []byte{from}, ToData: []byte{to}},
+	}
+}
+
+// beyond matches a packet whose transport payload goes past off bytes: a
+// load past the end of the packet ends the rule unmatched, and any byte
+// it reads is >= 0.
+func beyond(off uint32) []expr.Any {
+	return one(load(expr.PayloadBaseTransportHeader, off, 1, regOne),
+		&expr.Cmp{Op: expr.CmpOpGte, Register: regOne, Data: []byte{0}})
+}
+
+// ndLLAddr matches an ND message whose option at off is a link-layer
+// address option of a type from..to whose MAC is not the port's (the
+// macs set, keyed by the port's name).
+func ndLLAddr(off uint32, from, to byte) []expr.Any {
+	return one(load(expr.PayloadBaseTransportHeader, off, 1, regOne),
+		&expr.Range{Op: expr.CmpOpEq, Register: regOne, FromData: []byte{from}, ToData: []byte{to}},
+		loadName(regName), load(expr.PayloadBaseTransportHeader, off+2, 6, regMAC), notIn(setMACs, regName))
 }
 
 func cat(parts ...[]expr.Any) []expr.Any {
@@ -129,6 +170,13 @@ func linkLocal6() []expr.Any {
 	return one(load(expr.PayloadBaseNetworkHeader, 8, 2, regOne),
 		&expr.Bitwise{SourceRegister: regOne, DestRegister: regOne, Len: 2, Mask: []byte{0xff, 0xc0}, Xor: []byte{0, 0}},
 		eq(regOne, []byte{0xfe, 0x80}))
+}
+
+// notLinkLocalTarget matches an ND target outside fe80::/10.
+func notLinkLocalTarget() []expr.Any {
+	return one(load(expr.PayloadBaseTransportHeader, ndTarget, 2, regOne),
+		&expr.Bitwise{SourceRegister: regOne, DestRegister: regOne, Len: 2, Mask: []byte{0xff, 0xc0}, Xor: []byte{0, 0}},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: regOne, Data: []byte{0xfe, 0x80}})
 }
 
 // layout is the whole table: its chains, base chain first, in the order
@@ -170,6 +218,30 @@ var layout = []chainSpec{
 		{"router advertisement", cat(icmpv6Type(icmpv6RouterAdvert), drop())},
 		{"redirect", cat(icmpv6Type(icmpv6Redirect), drop())},
 		{"dhcpv6 server", cat(udpPort(0, portDHCPv6Server), drop())},
+		// The pods' router is the node's link-local address on the
+		// bridge: a guest sending from it (an NS from it puts the
+		// guest's MAC in its neighbours' caches for their router), or
+		// advertising it, would take their off-link traffic.
+		{"router's address", one(load(expr.PayloadBaseNetworkHeader, 8, 16, regOne), in(setRouters6, regOne), counter(), dropVerdict())},
+		{"na of the router", cat(icmpv6Type(icmpv6NeighAdvert),
+			one(load(expr.PayloadBaseTransportHeader, ndTarget, 16, regOne), in(setRouters6, regOne)), drop())},
+		// Neighbour discovery (RFC 4861 4.4): an NA moves the receiver's
+		// neighbour entry for its target to the MAC it carries, so its
+		// target must be the port's own IPv6 address; a link-local
+		// target passes, as link-local sources do (neither is pinned:
+		// the guest picks its own).
+		{"na target", cat(icmpv6Type(icmpv6NeighAdvert), notLinkLocalTarget(),
+			one(loadName(regName)), srcMAC, one(load(expr.PayloadBaseTransportHeader, ndTarget, 16, regIP), notIn(setAddrs6, regName)), drop())},
+		// The link-layer address options of an NS (source) and NA
+		// (target), and of an RS, are what neighbours and the node put
+		// in their caches: they must be the frame's own MAC. Stacks
+		// send at most one option in these (the address, or a DAD
+		// nonce, RFC 7527); a message with more is dropped rather than
+		// parsed, as nftables cannot walk a list of options.
+		{"nd options", cat(icmpv6Types(icmpv6NeighSolicit, icmpv6NeighAdvert), beyond(ndOptions+ndLLAddrOptionLength), drop())},
+		{"nd link-layer address", cat(icmpv6Types(icmpv6NeighSolicit, icmpv6NeighAdvert), ndLLAddr(ndOptions, ndOptSourceLLAddr, ndOptTargetLLAddr), drop())},
+		{"rs options", cat(icmpv6Type(icmpv6RouterSolicit), beyond(rsOptions+ndLLAddrOptionLength), drop())},
+		{"rs link-layer address", cat(icmpv6Type(icmpv6RouterSolicit), ndLLAddr(rsOptions, ndOptSourceLLAddr, ndOptSourceLLAddr), drop())},
 		// DAD probes and MLD reports before an address is up come
 		// from ::, DHCPv6 clients and neighbour discovery from the
 		// link-local address the guest made itself.
@@ -178,4 +250,35 @@ var layout = []chainSpec{
 		{"ipv6 source address", cat(one(loadName(regName)), srcMAC, srcIPv6, one(in(setAddrs6, regName), accept()))},
 		{"ipv6 spoof", drop()},
 	}},
+}
+
+// The netdev table: a base chain per checked port on the ingress hook of
+// its host veth. The kernel's bridge handles frames to the IEEE 802.1D
+// link-local group addresses (01:80:c2:00:00:00 to 0f) before, or instead
+// of, its prerouting hook: it learns the source of some of them straight
+// into its forwarding database (br_handle_frame, __br_handle_local_finish)
+// and passes others up to the port's own stack. The ingress hook runs
+// before the bridge sees any frame (__netif_receive_skb_core calls it
+// before the port's rx_handler), so these rules hold whatever the
+// destination.
+const (
+	// ingressPriority runs the chain before any other ingress chain.
+	ingressPriority = -500
+	// netdevMACs is the netdev table's copy of the macs set (a set
+	// belongs to one table, and the two are of different families).
+	netdevMACs = setMACs
+)
+
+var linkLocalGroup = []byte{0x01, 0x80, 0xc2, 0x00, 0x00, 0x00}
+
+var ingressRules = []rule{
+	// Nothing a guest may send goes to the bridge's own protocols (STP,
+	// pause, LACP, 802.1X, LLDP): with STP off the bridge would forward
+	// 00 through prerouting, the rest it keeps or hands to the port's
+	// own stack unchecked.
+	{"link-local group", one(load(expr.PayloadBaseLLHeader, 0, 6, regOne),
+		&expr.Bitwise{SourceRegister: regOne, DestRegister: regOne, Len: 6,
+			Mask: []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xf0}, Xor: make([]byte, 6)},
+		eq(regOne, linkLocalGroup), counter(), dropVerdict())},
+	{"source MAC", cat(one(loadName(regName)), srcMAC, one(notIn(netdevMACs, regName)), drop())},
 }

@@ -65,6 +65,11 @@ func Ensure(name string, gw netip.Prefix, mtu int, mac string) (string, error) {
 	if err := ensureOnlyAddr(l, gw); err != nil {
 		return "", err
 	}
+	// Before the bridge is up, and so before its first port: a frame to
+	// a link-local group address learns nothing from then on.
+	if _, err := ensureNoLinkLocalLearn(a.Index); err != nil {
+		return "", err
+	}
 	if err := netlink.LinkSetUp(l); err != nil {
 		return "", fmt.Errorf("setting up: %w", err)
 	}

@@ -137,10 +137,15 @@ func ICMPEcho4(src, dst netip.Addr, id, seq uint16) []byte {
 // RouterAdvert builds an IPv6 ICMPv6 router advertisement from src to
 // all-nodes.
 func RouterAdvert(src netip.Addr) []byte {
-	dst := netip.MustParseAddr("ff02::1")
-	icmp := []byte{134, 0, 0, 0, 64, 0, 0x07, 0x08, 0, 0, 0, 0, 0, 0, 0, 0}
+	return ICMPv6(src, netip.MustParseAddr("ff02::1"), []byte{134, 0, 0, 0, 64, 0, 0x07, 0x08, 0, 0, 0, 0, 0, 0, 0, 0})
+}
+
+// ICMPv6 builds an IPv6 packet of the ICMPv6 message icmp (its checksum
+// bytes are filled in), hop limit 255 as neighbour discovery needs.
+func ICMPv6(src, dst netip.Addr, icmp []byte) []byte {
+	icmp = append([]byte{}, icmp...)
 	s, d := src.As16(), dst.As16()
-	pseudo := append(append(append([]byte{}, s[:]...), d[:]...), 0, 0, 0, byte(len(icmp)), 0, 0, 0, 58)
+	pseudo := append(append(append([]byte{}, s[:]...), d[:]...), 0, 0, byte(len(icmp)>>8), byte(len(icmp)), 0, 0, 0, 58)
 	binary.BigEndian.PutUint16(icmp[2:], rawip.Checksum(append(pseudo, icmp...)))
 	h := make([]byte, 40)
 	h[0] = 0x60
@@ -150,6 +155,53 @@ func RouterAdvert(src netip.Addr) []byte {
 	copy(h[8:], s[:])
 	copy(h[24:], d[:])
 	return append(h, icmp...)
+}
+
+// ND options: a link-layer address option (type 1 source, 2 target) and
+// a DAD nonce (RFC 7527).
+func LLAddrOption(typ byte, mac net.HardwareAddr) []byte {
+	return append([]byte{typ, 1}, mac...)
+}
+
+// NonceOption is a 6-byte nonce option (type 14).
+func NonceOption() []byte { return []byte{14, 1, 1, 2, 3, 4, 5, 6} }
+
+// NeighAdvert builds a neighbour advertisement (RFC 4861 4.4) for target
+// with the override and solicited flags as given, and options.
+func NeighAdvert(src, dst, target netip.Addr, override, solicited bool, options ...[]byte) []byte {
+	var flags byte
+	if solicited {
+		flags |= 0x40
+	}
+	if override {
+		flags |= 0x20
+	}
+	t := target.As16()
+	icmp := append([]byte{136, 0, 0, 0, flags, 0, 0, 0}, t[:]...)
+	for _, o := range options {
+		icmp = append(icmp, o...)
+	}
+	return ICMPv6(src, dst, icmp)
+}
+
+// NeighSolicit builds a neighbour solicitation (RFC 4861 4.3) for target
+// with options.
+func NeighSolicit(src, dst, target netip.Addr, options ...[]byte) []byte {
+	t := target.As16()
+	icmp := append([]byte{135, 0, 0, 0, 0, 0, 0, 0}, t[:]...)
+	for _, o := range options {
+		icmp = append(icmp, o...)
+	}
+	return ICMPv6(src, dst, icmp)
+}
+
+// RouterSolicit builds a router solicitation (RFC 4861 4.1) with options.
+func RouterSolicit(src netip.Addr, options ...[]byte) []byte {
+	icmp := []byte{133, 0, 0, 0, 0, 0, 0, 0}
+	for _, o := range options {
+		icmp = append(icmp, o...)
+	}
+	return ICMPv6(src, netip.MustParseAddr("ff02::2"), icmp)
 }
 
 // Frame is a parsed Ethernet frame, enough of it for tests to match on.
