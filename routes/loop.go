@@ -117,7 +117,7 @@ func (l *Loop) reconcile(full bool) (Outcome, error) {
 	if dev != "" {
 		var peers []TunnelPeer
 		peers, out.TunnelSkips = TunnelPeers(out.Tunneled, d.Addrs, l.Tunnel.Local())
-		terr = l.Tunnel.Sync(peers)
+		terr = l.Tunnel.Sync(peers, TunnelSources(d.Addrs, l.Tunnel.Local()))
 	}
 	out.TunnelErr = terr
 	if terr != nil {

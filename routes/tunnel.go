@@ -72,7 +72,8 @@ type TunnelPeer struct {
 }
 
 // Tunnel is the VXLAN device of a node: Ensure makes it (or checks it),
-// Sync programs its peers and removes every entry of other peers.
+// Sync programs its peers and removes every entry of other peers, and
+// accepts VXLAN from sources only (TunnelSources).
 type Tunnel interface {
 	// Device is the tunnel device's name, which tunnel routes name.
 	Device() string
@@ -80,7 +81,26 @@ type Tunnel interface {
 	// theirs of its family.
 	Local() netip.Addr
 	Ensure() error
-	Sync(peers []TunnelPeer) error
+	Sync(peers []TunnelPeer, sources []netip.Addr) error
+}
+
+// TunnelSources are the underlay addresses VXLAN may come from: every
+// address of local's family that the other nodes' Node objects list
+// (addrs, as Desired.Addrs has them). It is more than the peers this node
+// tunnels to: a peer that routes to this node through its tunnel while
+// this node reaches it directly (it has a link on the peer's subnet, the
+// peer none on its) sends VXLAN that this node never answers by VXLAN.
+func TunnelSources(addrs map[string][]netip.Addr, local netip.Addr) []netip.Addr {
+	var out []netip.Addr
+	for _, as := range addrs {
+		for _, a := range as {
+			if a.Is4() == local.Is4() && a != local && !slices.Contains(out, a) {
+				out = append(out, a)
+			}
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
 }
 
 // TunnelPeers returns the peers of the routes that go through the tunnel

@@ -2,6 +2,7 @@ package routes
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -126,13 +127,15 @@ func TestVXLANOverheadAndMAC(t *testing.T) {
 type recordingTunnel struct {
 	ensureErr error
 	peers     [][]TunnelPeer
+	sources   [][]netip.Addr
 }
 
 func (r *recordingTunnel) Device() string    { return "vmlane.vxlan" }
 func (r *recordingTunnel) Local() netip.Addr { return netip.MustParseAddr("192.168.1.10") }
 func (r *recordingTunnel) Ensure() error     { return r.ensureErr }
-func (r *recordingTunnel) Sync(p []TunnelPeer) error {
+func (r *recordingTunnel) Sync(p []TunnelPeer, sources []netip.Addr) error {
 	r.peers = append(r.peers, p)
+	r.sources = append(r.sources, sources)
 	return nil
 }
 
@@ -153,6 +156,9 @@ func TestLoopTunnel(t *testing.T) {
 	out, err := l.Once()
 	if err != nil || out.TunnelErr != nil || len(tun.peers) != 1 || len(tun.peers[0]) != 1 || tun.peers[0][0].Node != "far" {
 		t.Fatalf("outcome %+v, err %v, peers %+v", out, err, tun.peers)
+	}
+	if got := fmt.Sprint(tun.sources); got != "[[10.0.0.7]]" {
+		t.Errorf("sources = %s, want the other node's address alone", got)
 	}
 	tun.ensureErr = errors.New("UDP port 4789 in use")
 	table = newFakeTable()
@@ -199,5 +205,19 @@ func TestReconcileFabric(t *testing.T) {
 	if out, err = ReconcileOffLink(table, want, DefaultProtocol, o); err != nil || len(out.ViaFabric) != 0 ||
 		!strings.Contains(table.String(), "10.244.0.9/32 via 10.0.0.7 proto 77") {
 		t.Errorf("on-link: %+v, %v\n%s", out, err, table)
+	}
+}
+
+func TestTunnelSources(t *testing.T) {
+	addrs := map[string][]netip.Addr{
+		"b": {netip.MustParseAddr("192.168.2.7"), netip.MustParseAddr("fd02::7"), netip.MustParseAddr("10.0.0.7")},
+		"c": {netip.MustParseAddr("fd03::9"), netip.MustParseAddr("192.168.3.9")},
+		"d": {netip.MustParseAddr("192.168.2.7")}, // the same address twice: once
+	}
+	if got := fmt.Sprint(TunnelSources(addrs, netip.MustParseAddr("192.168.1.10"))); got != "[10.0.0.7 192.168.2.7 192.168.3.9]" {
+		t.Errorf("IPv4 underlay: %s", got)
+	}
+	if got := fmt.Sprint(TunnelSources(addrs, netip.MustParseAddr("fd01::1"))); got != "[fd02::7 fd03::9]" {
+		t.Errorf("IPv6 underlay: %s", got)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"syscall"
 
@@ -26,6 +27,9 @@ type VXLANConfig struct {
 	Local netip.Addr
 	// MTU is the device's: the uplink's minus VXLANOverhead(Local).
 	MTU int
+	// Bridge is vmlane's bridge: VXLAN that arrives from it (from a pod)
+	// is dropped, whatever its source address.
+	Bridge string
 }
 
 // vxlanTunnel is the Tunnel of a Linux node: a VXLAN device without
@@ -34,8 +38,9 @@ type VXLANConfig struct {
 // neighbour entry per next hop, the peer's address to that MAC), the way
 // flannel's VXLAN backend does.
 type vxlanTunnel struct {
-	cfg VXLANConfig
-	h   *netlink.Handle
+	cfg    VXLANConfig
+	h      *netlink.Handle
+	filter *vxlanFilter
 }
 
 // NewVXLAN returns the tunnel of cfg, in the netns the calling thread is
@@ -51,7 +56,14 @@ func NewVXLAN(cfg VXLANConfig) (Tunnel, error) {
 	if err != nil {
 		return nil, fmt.Errorf("VXLAN: netlink: %w", err)
 	}
-	return &vxlanTunnel{cfg: cfg, h: h}, nil
+	// The filter's nftables connections open later, from whatever thread
+	// reconciles: they go to this netns by a handle on it.
+	ns, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		h.Close()
+		return nil, fmt.Errorf("VXLAN: %w", err)
+	}
+	return &vxlanTunnel{cfg: cfg, h: h, filter: &vxlanFilter{netns: ns, port: uint16(cfg.Port), bridge: cfg.Bridge}}, nil
 }
 
 func (v *vxlanTunnel) Device() string    { return v.cfg.Name }
@@ -107,6 +119,9 @@ func (v *vxlanTunnel) Ensure() error {
 			return fmt.Errorf("setting MAC %s on %s: %w", mac, v.cfg.Name, err)
 		}
 	}
+	if err := v.filter.ensure(); err != nil {
+		return err
+	}
 	if a.Flags&net.FlagUp == 0 {
 		if err := v.h.LinkSetUp(l); err != nil {
 			return fmt.Errorf("setting %s up: %w", v.cfg.Name, err)
@@ -117,8 +132,19 @@ func (v *vxlanTunnel) Ensure() error {
 
 // Sync writes the FDB and neighbour entries of peers and deletes every
 // other permanent one of the device (vmlane's): a peer gone, or now
-// on-link, leaves nothing behind.
-func (v *vxlanTunnel) Sync(peers []TunnelPeer) error {
+// on-link, leaves nothing behind. The filter accepts VXLAN from the
+// peers' underlay addresses and sources.
+func (v *vxlanTunnel) Sync(peers []TunnelPeer, sources []netip.Addr) error {
+	from := slices.Clone(sources)
+	for _, p := range peers {
+		if !slices.Contains(from, p.Underlay) {
+			from = append(from, p.Underlay)
+		}
+	}
+	return errors.Join(v.syncEntries(peers), v.filter.sync(from))
+}
+
+func (v *vxlanTunnel) syncEntries(peers []TunnelPeer) error {
 	l, err := v.h.LinkByName(v.cfg.Name)
 	if err != nil {
 		return fmt.Errorf("looking up %s: %w", v.cfg.Name, err)
@@ -196,11 +222,14 @@ func (v *vxlanTunnel) Sync(peers []TunnelPeer) error {
 }
 
 // RemoveVXLAN deletes vmlane's VXLAN device, if there is one, with the
-// routes, FDB and neighbour entries on it: a node that no longer runs
-// --cross-subnet=vxlan keeps none of it.
+// routes, FDB and neighbour entries on it, and its filter: a node that no
+// longer runs --cross-subnet=vxlan keeps none of it.
 func RemoveVXLAN(name string) (bool, error) {
 	if name == "" {
 		name = DefaultVXLANDevice
+	}
+	if err := removeVXLANFilter(); err != nil {
+		return false, fmt.Errorf("VXLAN filter: %w", err)
 	}
 	l, err := netlink.LinkByName(name)
 	if err != nil {

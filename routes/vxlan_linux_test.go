@@ -80,7 +80,7 @@ func syncTunnel(tb testing.TB, n tunnelNode, nodes []Node, local netip.Addr) Out
 	tb.Helper()
 	var out Outcome
 	err := n.ns.Do(func() error {
-		tun, err := NewVXLAN(VXLANConfig{VNI: DefaultVXLANVNI, Port: DefaultVXLANPort, Local: local, MTU: 1500 - VXLANOverhead(local)})
+		tun, err := NewVXLAN(VXLANConfig{VNI: DefaultVXLANVNI, Port: DefaultVXLANPort, Local: local, MTU: 1500 - VXLANOverhead(local), Bridge: "br0"})
 		if err != nil {
 			return err
 		}

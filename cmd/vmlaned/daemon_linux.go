@@ -205,7 +205,7 @@ func newTunnel(c *config, log *slog.Logger) (routes.Tunnel, error) {
 	}
 	mtu := uplinkMTU() - routes.VXLANOverhead(c.Underlay)
 	log.Info("cross-subnet mode vxlan", "device", routes.DefaultVXLANDevice, "vni", c.VXLANVNI, "port", c.VXLANPort, "underlay", c.Underlay, "mtu", mtu)
-	return routes.NewVXLAN(routes.VXLANConfig{VNI: c.VXLANVNI, Port: c.VXLANPort, Local: c.Underlay, MTU: mtu})
+	return routes.NewVXLAN(routes.VXLANConfig{VNI: c.VXLANVNI, Port: c.VXLANPort, Local: c.Underlay, MTU: mtu, Bridge: c.Bridge})
 }
 
 // ensureForwarding turns on IP forwarding for subnet's family: pods reach
