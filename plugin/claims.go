@@ -8,6 +8,11 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/vmlane/vmlane/leases"
 )
 
 // ClaimsFileName is the node's copy of the cluster's VMClaims that vmlaned
@@ -22,14 +27,20 @@ type ClaimsFile struct {
 }
 
 // NodeClaim is one VMClaim as vmlaned copies it: the VM ("NAMESPACE/NAME"),
-// its addresses with their home subnets' prefix lengths, its MAC, and the
-// node that holds them.
+// its addresses with their home subnets' prefix lengths, its MAC, the node
+// that holds them and the VM's pod there ("NAMESPACE/NAME", empty while
+// none runs).
 type NodeClaim struct {
 	VM   string       `json:"vm"`
 	IPv4 netip.Prefix `json:"ipv4"`
 	IPv6 netip.Prefix `json:"ipv6,omitzero"`
 	MAC  string       `json:"mac"`
 	Node string       `json:"node"`
+	Pod  string       `json:"pod,omitempty"`
+	// Live says that Pod runs on another node than the copy's, which is
+	// up (in the cluster and Ready): the VM runs there, and a pod of it
+	// here must be its migration target.
+	Live bool `json:"live,omitempty"`
 }
 
 // claimsPath is the claims file of the node whose lease file is leaseFile.
@@ -60,4 +71,60 @@ func vmClaim(leaseFile, vm string) (NodeClaim, bool, error) {
 		}
 	}
 	return NodeClaim{}, false, nil
+}
+
+// claimed puts into req the addresses and MAC the VM's claim names (the
+// node's copy of the cluster's VMClaims), when it has one and the runtime
+// asked for none: the VM's pod came to this node from another, or back
+// here after its lease here ended. Addresses of another node's subnets
+// move in (req.Home, req.Home6).
+//
+// A claim that names a live pod of the VM on another node (Live) is a VM
+// running there: this pod gets its addresses only as that pod's
+// migration target, which the runtime says with the pod annotation
+// vmlane.io/migration-target naming the source pod. Any pod creator of the
+// VM's namespace can annotate a pod vmlane.io/vm; without this, one would
+// take a running VM's addresses and MAC, and with its first frame the
+// VM's routes.
+func (c *Config) claimed(req *leases.ReserveRequest) error {
+	cl, ok, err := vmClaim(c.LeaseFile, req.VMName)
+	if err != nil {
+		return types.NewError(types.ErrTryAgainLater, "reading the node's VM claims", err.Error())
+	}
+	if ok && cl.Live {
+		if err := c.migrationTarget(req.Pod, cl); err != nil {
+			return err
+		}
+	}
+	if !ok || req.IP.IsValid() || req.MAC != "" {
+		return nil
+	}
+	req.IP, req.MAC = cl.IPv4.Addr(), cl.MAC
+	if !c.SubnetPrefix.Contains(req.IP) {
+		req.Home = cl.IPv4.Masked()
+	}
+	if cl.IPv6.IsValid() && c.DualStack() && !req.IP6.IsValid() {
+		req.IP6 = cl.IPv6.Addr()
+		if !c.Subnet6Prefix.Contains(req.IP6) {
+			req.Home6 = cl.IPv6.Masked()
+		}
+	}
+	return nil
+}
+
+// migrationTarget checks that pod is the migration target of the live pod
+// of cl's VM: its vmlane.io/migration-target annotation names that pod
+// ("NAME", or "NAMESPACE/NAME").
+func (c *Config) migrationTarget(pod leases.Pod, cl NodeClaim) error {
+	source, _ := c.RuntimeConfig.PodAnnotations[MigrationTargetAnnotation]
+	ns, name, _ := strings.Cut(cl.Pod, "/")
+	if source == cl.Pod || (source == name && ns == pod.Namespace) {
+		return nil
+	}
+	why := fmt.Sprintf("VM %s runs as pod %s on node %s: a second pod of it gets its addresses only as that pod's live-migration target, annotated %s: %q",
+		cl.VM, cl.Pod, cl.Node, MigrationTargetAnnotation, name)
+	if source != "" {
+		why = fmt.Sprintf("%s (this pod's %s names %q)", why, MigrationTargetAnnotation, source)
+	}
+	return types.NewError(types.ErrInvalidNetworkConfig, "invalid annotation "+VMAnnotation+" "+quote(c.VMName)+": "+why, "")
 }

@@ -120,6 +120,11 @@ type RuntimeConfig struct {
 const (
 	VMAnnotation             = "vmlane.io/vm"
 	PodAnnotationsCapability = "io.kubernetes.cri.pod-annotations"
+	// MigrationTargetAnnotation marks a VM's pod as the live-migration
+	// target of the VM's running pod, which it names ("NAME" in the
+	// pod's namespace): without it, a pod of a VM that runs on another
+	// node is refused (see Config.claimed).
+	MigrationTargetAnnotation = "vmlane.io/migration-target"
 )
 
 // Attachment is an entry of cni.dev/valid-attachments.

@@ -424,32 +424,6 @@ func HostRoutes(l leases.Lease) []netip.Prefix {
 	return out
 }
 
-// claimed puts into req the addresses and MAC the VM's claim names (the
-// node's copy of the cluster's VMClaims), when it has one and the runtime
-// asked for none: the VM's pod came to this node from another, or back
-// here after its lease here ended. Addresses of another node's subnets
-// move in (req.Home, req.Home6).
-func (c *Config) claimed(req *leases.ReserveRequest) error {
-	cl, ok, err := vmClaim(c.LeaseFile, req.VMName)
-	if err != nil {
-		return types.NewError(types.ErrTryAgainLater, "reading the node's VM claims", err.Error())
-	}
-	if !ok || req.IP.IsValid() || req.MAC != "" {
-		return nil
-	}
-	req.IP, req.MAC = cl.IPv4.Addr(), cl.MAC
-	if !c.SubnetPrefix.Contains(req.IP) {
-		req.Home = cl.IPv4.Masked()
-	}
-	if cl.IPv6.IsValid() && c.DualStack() && !req.IP6.IsValid() {
-		req.IP6 = cl.IPv6.Addr()
-		if !c.Subnet6Prefix.Contains(req.IP6) {
-			req.Home6 = cl.IPv6.Masked()
-		}
-	}
-	return nil
-}
-
 // vmIdentity is the VM the pod belongs to, "NAMESPACE/NAME", from its
 // vmlane.io/vm annotation; empty for a pod without one.
 func (c *Config) vmIdentity(pod leases.Pod) (string, error) {

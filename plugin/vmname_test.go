@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -183,4 +184,64 @@ func TestVMMovesIn(t *testing.T) {
 	_, err := h.add(c, annotated("vm3"))
 	wantCode(t, err, types.ErrTryAgainLater, "VM claims", ClaimsFileName)
 	h.mustAdd(att("d"), nil)
+}
+
+// migrationTarget is annotated for a VM's pod that is the live-migration
+// target of the VM's pod source.
+func migrationTarget(name, source string) map[string]any {
+	return map[string]any{"runtimeConfig": map[string]any{
+		PodAnnotationsCapability: map[string]string{VMAnnotation: name, MigrationTargetAnnotation: source},
+	}}
+}
+
+// TestVMRunningElsewhere: a pod of a VM whose claim names a live pod of it
+// on another node (any pod creator of the namespace can annotate one) gets
+// the VM's addresses only as that pod's migration target; refused, it
+// gets nothing. A claim of a VM held (no pod) or on a node that is down
+// needs no signal.
+func TestVMRunningElsewhere(t *testing.T) {
+	h := newHarness(t, nil)
+	h.writeClaims(`{"version":1,"claims":[
+		{"vm":"default/vm1","ipv4":"10.244.1.5/24","mac":"02:76:0a:f4:01:05","node":"node-a","pod":"default/vm1-src","live":true},
+		{"vm":"default/held","ipv4":"10.244.1.6/24","mac":"02:76:0a:f4:01:06","node":"node-a"},
+		{"vm":"default/down","ipv4":"10.244.1.7/24","mac":"02:76:0a:f4:01:07","node":"node-b","pod":"default/down-src"}]}`)
+	for i, tc := range []struct {
+		name   string
+		conf   map[string]any
+		refuse []string
+	}{
+		{"no signal", annotated("vm1"), []string{"VM default/vm1 runs as pod default/vm1-src on node node-a", MigrationTargetAnnotation + `: "vm1-src"`}},
+		{"another source", migrationTarget("vm1", "other-pod"), []string{"names \"other-pod\""}},
+		{"the source in another namespace", migrationTarget("vm1", "prod/vm1-src"), []string{"names \"prod/vm1-src\""}},
+	} {
+		a := att(fmt.Sprintf("r%d", i))
+		a.args = k8sArgs
+		_, err := h.add(a, tc.conf)
+		wantCode(t, err, types.ErrInvalidNetworkConfig, append([]string{"annotation vmlane.io/vm"}, tc.refuse...)...)
+		if _, ok := h.leaseOf(a); ok {
+			t.Errorf("%s: a refused pod has a lease", tc.name)
+		}
+	}
+	h.wantLeases()
+	for _, tc := range []struct {
+		id   string
+		conf map[string]any
+		ip   string
+	}{
+		{"t1", migrationTarget("vm1", "vm1-src"), "10.244.1.5"},
+		{"t2", annotated("held"), "10.244.1.6"},
+		{"t3", annotated("down"), "10.244.1.7"},
+	} {
+		a := att(tc.id)
+		a.args = k8sArgs
+		if r := h.mustAdd(a, tc.conf); r.IPs[0].Address.IP.String() != tc.ip {
+			t.Errorf("%s: got %s, want the claim's %s", tc.id, r.IPs[0].Address.IP, tc.ip)
+		}
+	}
+	// "NAMESPACE/NAME" names the source as well.
+	h2 := newHarness(t, nil)
+	h2.writeClaims(`{"version":1,"claims":[{"vm":"default/vm1","ipv4":"10.244.1.5/24","mac":"02:76:0a:f4:01:05","node":"node-a","pod":"default/vm1-src","live":true}]}`)
+	a := att("n")
+	a.args = k8sArgs
+	h2.mustAdd(a, migrationTarget("vm1", "default/vm1-src"))
 }

@@ -225,6 +225,26 @@ func (a *announcements) heard(migrating map[string]string, lastFrame map[string]
 	return heard, flapping
 }
 
+// frameKey is a MAC the bridge learnt on a port.
+type frameKey struct{ Port, MAC string }
+
+// framesOnPorts keeps, of the bridge's record (frames), the last frame of
+// each migrating guest (migrating: VM -> MAC) on the port of its pod here
+// (ports: VM -> the host veth of the migration target's attachment), keyed
+// by MAC as announcements.heard takes them. A frame from the guest's MAC on
+// any other port proves nothing: an unchecked port (antiSpoof off, a VM
+// attached without CNI) can send one, as could a link-local frame before
+// the bridges had no_linklocal_learn.
+func framesOnPorts(frames map[frameKey]time.Time, migrating, ports map[string]string) map[string]time.Time {
+	out := map[string]time.Time{}
+	for vm, mac := range migrating {
+		if t, ok := frames[frameKey{Port: ports[vm], MAC: mac}]; ok && ports[vm] != "" {
+			out[mac] = t
+		}
+	}
+	return out
+}
+
 // splitVM splits "NAMESPACE/NAME".
 func splitVM(vm string) (ns, name string) {
 	ns, name, _ = strings.Cut(vm, "/")

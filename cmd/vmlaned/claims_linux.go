@@ -71,9 +71,13 @@ type claimsSync struct {
 	applied struct {
 		ok      bool
 		cluster []netip.Prefix
-		vms     []routes.VM
-		mirror  plugin.ClaimsFile
-		lent    []plugin.NodeClaim
+		// down names the nodes that claims with a pod name and that were
+		// not up: a node going down or coming up changes the copy's
+		// Live flags.
+		down   string
+		vms    []routes.VM
+		mirror plugin.ClaimsFile
+		lent   []plugin.NodeClaim
 		// mirrorJSON is mirror as writeMirror encoded it.
 		mirrorJSON []byte
 	}
@@ -88,6 +92,9 @@ type claimsSync struct {
 	frames  bridgeFrames
 	ann     announcements
 	awaited awaitedMACs
+	// up, when set, answers nodeUp instead of the route controller's
+	// cache (tests).
+	up func(node string) bool
 }
 
 // runClaims runs claimsSync until ctx ends. Without the VMClaim CRD
@@ -245,7 +252,7 @@ func (s *claimsSync) pass(ctx context.Context) {
 		s.sweepHostRoutes(file, routed)
 	}
 	have := s.list()
-	heard := s.heard(want, have)
+	heard := s.heard(want, have, vmPorts(file))
 	acts, conflicts := planClaims(want, have, s.c.NodeName, s.nodeUp, heard)
 	for _, c := range conflicts {
 		s.warnOnce(c.VM, "VM lease and VMClaim disagree; the claim is kept: "+c.String())
@@ -270,9 +277,10 @@ func (s *claimsSync) pass(ctx context.Context) {
 }
 
 // heard looks for the guests of this node's migrating VMs (see migrating)
-// on the bridge and says which have run here since the node started waiting
-// for them (announcements.heard). It hands their MACs to watchFrames.
-func (s *claimsSync) heard(want map[string]claimStatus, have []claim) map[string]bool {
+// on their pods' ports of the bridge (ports, from vmPorts) and says which
+// have run here since the node started waiting for them
+// (announcements.heard). It hands their MACs to watchFrames.
+func (s *claimsSync) heard(want map[string]claimStatus, have []claim, ports map[string]string) map[string]bool {
 	mig := map[string]string{}
 	for _, c := range have {
 		if w, ok := want[c.VM]; ok && migrating(w, c.Status, s.c.NodeName, s.nodeUp) {
@@ -282,16 +290,38 @@ func (s *claimsSync) heard(want map[string]claimStatus, have []claim) map[string
 	s.awaited.set(mig)
 	var last map[string]time.Time
 	if len(mig) > 0 {
-		var err error
-		if last, err = s.frames.LastFrames(s.c.Bridge); err != nil {
+		frames, err := s.frames.LastFrames(s.c.Bridge)
+		if err != nil {
 			s.log.Warn("reading the bridge's forwarding database: a live migration's routes move when the source's pod goes", "bridge", s.c.Bridge, "err", err)
 		}
+		last = framesOnPorts(frames, mig, ports)
 	}
 	heard, flapping := s.ann.heard(mig, last, time.Now())
 	for _, vm := range flapping {
 		s.warnOnce(vm, fmt.Sprintf("VM %s: its guest is heard on this node's bridge again, %v after this node took its claim and lost it: are two guests with MAC %s running at once? The claim stays where it is for now", vm, retakeAfter, mig[vm]))
 	}
 	return heard
+}
+
+// vmPorts names, for each VM attached here, its attachment's host veth: the
+// bridge port its lease records, or (anti-spoofing off) the one the plugin
+// names after the attachment.
+func vmPorts(f *leases.File) map[string]string {
+	out := map[string]string{}
+	if f == nil {
+		return out
+	}
+	for _, l := range f.Leases {
+		if l.VMName == "" || l.ContainerID == "" {
+			continue
+		}
+		port := l.BridgePort
+		if port == "" {
+			port = plugin.HostVethName(l.Key())
+		}
+		out[l.VMName] = port
+	}
+	return out
 }
 
 // apply sorts the claims into what the node uses: the VMs the route
@@ -307,11 +337,12 @@ func (s *claimsSync) apply(have []claim) ([]routes.VM, plugin.ClaimsFile, []plug
 	if len(cluster) == 0 {
 		cluster = s.ctrl.PodCIDRs()
 	}
-	if a := &s.applied; a.ok && !s.listChanged && slices.Equal(a.cluster, cluster) {
+	down := s.downNodes(have)
+	if a := &s.applied; a.ok && !s.listChanged && slices.Equal(a.cluster, cluster) && a.down == down {
 		return a.vms, a.mirror, a.lent
 	}
 	vms, mirror, lent := s.check(have, cluster)
-	s.applied.ok, s.applied.cluster = true, cluster
+	s.applied.ok, s.applied.cluster, s.applied.down = true, cluster, down
 	s.applied.vms, s.applied.mirror, s.applied.lent = vms, mirror, lent
 	s.applied.mirrorJSON = nil
 	return vms, mirror, lent
@@ -340,7 +371,8 @@ func (s *claimsSync) check(have []claim, cluster []netip.Prefix) ([]routes.VM, p
 			continue
 		}
 		delete(s.warned, c.VM)
-		nc := plugin.NodeClaim{VM: c.VM, IPv4: v4, IPv6: v6, MAC: c.Status.MAC, Node: c.Status.Node}
+		nc := plugin.NodeClaim{VM: c.VM, IPv4: v4, IPv6: v6, MAC: c.Status.MAC, Node: c.Status.Node, Pod: c.Status.Pod,
+			Live: c.Status.Pod != "" && c.Status.Node != s.c.NodeName && s.nodeUp(c.Status.Node)}
 		mirror.Claims = append(mirror.Claims, nc)
 		vm := routes.VM{Name: c.VM, Node: c.Status.Node, Addrs: []netip.Addr{v4.Addr()}}
 		if v6.IsValid() {
@@ -354,10 +386,34 @@ func (s *claimsSync) check(have []claim, cluster []netip.Prefix) ([]routes.VM, p
 	return vms, mirror, lent
 }
 
+// downNodes names, sorted, the nodes other than this one that claims with a
+// pod name and that are not up (nodeUp), each looked up once.
+func (s *claimsSync) downNodes(have []claim) string {
+	up := map[string]bool{}
+	var down []string
+	for _, c := range have {
+		n := c.Status.Node
+		if c.Status.Pod == "" || n == s.c.NodeName {
+			continue
+		}
+		if _, seen := up[n]; !seen {
+			up[n] = s.nodeUp(n)
+			if !up[n] {
+				down = append(down, n)
+			}
+		}
+	}
+	slices.Sort(down)
+	return strings.Join(down, ",")
+}
+
 // nodeUp reports whether a node is in the cluster and Ready, from the route
 // controller's cache: a claim naming a node that is not gives way to the
 // VM's pod elsewhere (its pod is gone with its node, or soon will be).
 func (s *claimsSync) nodeUp(name string) bool {
+	if s.up != nil {
+		return s.up(name)
+	}
 	n, err := s.ctrl.Node(name)
 	return err == nil && routes.FromNode(n, "").Ready
 }

@@ -116,7 +116,7 @@ func TestBridgeFrames(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Error("watchFrames did not wake for the awaited MAC")
 	}
-	var last map[string]time.Time
+	var last map[frameKey]time.Time
 	err := node.Do(func() (err error) {
 		last, err = netlinkFrames{}.LastFrames("br-f")
 		return err
@@ -124,9 +124,9 @@ func TestBridgeFrames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, ok := last["02:76:0a:f4:01:05"]
+	got, ok := last[frameKey{Port: "vf-host", MAC: "02:76:0a:f4:01:05"}]
 	if !ok {
-		t.Fatalf("LastFrames %v: no entry for the guest's MAC", last)
+		t.Fatalf("LastFrames %v: no entry for the guest's MAC on its port", last)
 	}
 	// The kernel's clock ticks are 10 ms, and the "ago" it gives is
 	// rounded down: allow a tick either side.
@@ -136,8 +136,31 @@ func TestBridgeFrames(t *testing.T) {
 	// The port's own MAC is a permanent (local) entry of the bridge's:
 	// not a frame heard.
 	own := strings.TrimSpace(node.MustRun(t, "cat", "/sys/class/net/vf-host/address"))
-	if _, ok := last[own]; ok || len(last) != 1 {
+	if _, ok := last[frameKey{Port: "vf-host", MAC: own}]; ok || len(last) != 1 {
 		t.Errorf("LastFrames %v: want the guest's MAC only, not the port's own %s", last, own)
+	}
+
+	// The same MAC from another port (an unchecked one) is another
+	// entry: framesOnPorts takes the migration target's port only.
+	node.MustRun(t, "ip", "link", "add", "vf2-host", "type", "veth", "peer", "name", "vf2-guest")
+	node.MustRun(t, "ip", "link", "set", "vf2-host", "master", "br-f", "up")
+	node.MustRun(t, "ip", "link", "set", "vf-guest", "down")
+	node.MustRun(t, "ip", "link", "set", "vf2-guest", "address", "02:76:0a:f4:01:05", "up")
+	node.MustRun(t, "ip", "addr", "add", "192.0.2.6/24", "dev", "vf2-guest")
+	_, _ = node.Run("ping", "-c", "1", "-W", "1", "-I", "vf2-guest", "192.0.2.9")
+	err = node.Do(func() (err error) {
+		last, err = netlinkFrames{}.LastFrames("br-f")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := last[frameKey{Port: "vf2-host", MAC: "02:76:0a:f4:01:05"}]; !ok {
+		t.Fatalf("LastFrames %v: no entry for the MAC on the second port", last)
+	}
+	mig := map[string]string{"default/web": "02:76:0a:f4:01:05"}
+	if on := framesOnPorts(last, mig, map[string]string{"default/web": "vf-host"}); !on["02:76:0a:f4:01:05"].Equal(last[frameKey{Port: "vf-host", MAC: "02:76:0a:f4:01:05"}]) {
+		t.Errorf("framesOnPorts for the target's port vf-host = %v, want its own entry", on)
 	}
 }
 
@@ -238,5 +261,41 @@ func TestSweepHostRoutes(t *testing.T) {
 	out := node.MustRun(t, "ip", "route", "show", "dev", "vmlane0")
 	if !strings.Contains(out, "10.244.0.5 proto 78 scope link") || strings.Contains(out, "10.244.9.9") || !strings.Contains(out, "10.244.9.8 proto 77") {
 		t.Errorf("routes of vmlane0:\n%s\nwant 10.244.0.5 (proto 78) and the proto 77 route, not 10.244.9.9", out)
+	}
+}
+
+// TestMirrorLive: the plugin's copy marks a claim Live when it names a pod
+// of the VM on another node that is up, and only then; a node going down
+// or coming up changes the copy though the claims did not.
+func TestMirrorLive(t *testing.T) {
+	up := map[string]bool{"node-b": true}
+	s := &claimsSync{c: &config{NodeName: "node-a", ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}},
+		warned: map[string]string{}, up: func(n string) bool { return up[n] }}
+	mk := func(vm, ip, mac, node, pod string) claim {
+		return claim{VM: "default/" + vm, Status: claimStatus{IPv4: ip + "/24", MAC: mac, Node: node, Pod: pod}}
+	}
+	have := []claim{
+		mk("here", "10.244.1.4", "02:76:0a:f4:01:04", "node-a", "default/here-1"),
+		mk("held", "10.244.2.5", "02:76:0a:f4:02:05", "node-b", ""),
+		mk("live", "10.244.2.6", "02:76:0a:f4:02:06", "node-b", "default/live-1"),
+		mk("down", "10.244.3.7", "02:76:0a:f4:03:07", "node-c", "default/down-1"),
+	}
+	live := func() string {
+		_, mirror, _ := s.apply(have)
+		var out []string
+		for _, c := range mirror.Claims {
+			if c.Live {
+				out = append(out, c.VM+"@"+c.Pod)
+			}
+		}
+		slices.Sort(out)
+		return strings.Join(out, " ")
+	}
+	if got := live(); got != "default/live@default/live-1" {
+		t.Errorf("Live claims %q, want default/live's alone", got)
+	}
+	up["node-c"] = true
+	if got := live(); got != "default/down@default/down-1 default/live@default/live-1" {
+		t.Errorf("node-c up: Live claims %q, want default/down's too", got)
 	}
 }

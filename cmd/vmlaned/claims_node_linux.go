@@ -179,10 +179,10 @@ func (bridgeHostRoutes) Add(br string, dst netip.Prefix) error  { return bridge.
 func (bridgeHostRoutes) Del(br string, dst netip.Prefix) error  { return bridge.UnrouteHost(br, dst) }
 
 // bridgeFrames is a bridge's forwarding database, read for when it last
-// had a frame from each MAC it learnt on a port; netlinkFrames is the
+// had a frame from each MAC it learnt on each port; netlinkFrames is the
 // kernel's, tests use a fake.
 type bridgeFrames interface {
-	LastFrames(bridge string) (map[string]time.Time, error)
+	LastFrames(bridge string) (map[frameKey]time.Time, error)
 }
 
 // clockTick is the unit of the kernel's "ago" times in neighbour and
@@ -192,8 +192,9 @@ const clockTick = 10 * time.Millisecond
 type netlinkFrames struct{}
 
 // LastFrames reads the bridge's learnt entries (`bridge fdb show br BRIDGE
-// dynamic`): their "updated" time is the last frame from the MAC.
-func (netlinkFrames) LastFrames(bridge string) (map[string]time.Time, error) {
+// dynamic`): their "updated" time is the last frame from the MAC on the
+// port.
+func (netlinkFrames) LastFrames(bridge string) (map[frameKey]time.Time, error) {
 	br, err := netlink.LinkByName(bridge)
 	if err != nil {
 		return nil, err
@@ -209,14 +210,24 @@ func (netlinkFrames) LastFrames(bridge string) (map[string]time.Time, error) {
 		return nil, err
 	}
 	now := time.Now()
-	out := map[string]time.Time{}
+	out := map[frameKey]time.Time{}
+	ports := map[int]string{}
 	for _, n := range entries {
 		if n.MasterIndex != br.Attrs().Index || n.State&(netlink.NUD_PERMANENT|netlink.NUD_NOARP) != 0 || len(n.HardwareAddr) != 6 {
 			continue // another bridge's, or a local or static entry
 		}
+		port, ok := ports[n.LinkIndex]
+		if !ok {
+			l, err := netlink.LinkByIndex(n.LinkIndex)
+			if err != nil {
+				continue // the port went meanwhile
+			}
+			port = l.Attrs().Name
+			ports[n.LinkIndex] = port
+		}
 		t := now.Add(-time.Duration(n.Updated) * clockTick)
-		if mac := n.HardwareAddr.String(); t.After(out[mac]) {
-			out[mac] = t
+		if k := (frameKey{Port: port, MAC: n.HardwareAddr.String()}); t.After(out[k]) {
+			out[k] = t
 		}
 	}
 	return out, nil

@@ -287,3 +287,27 @@ func TestProxyDiff(t *testing.T) {
 		t.Errorf("del (-want +got):\n%s", diff)
 	}
 }
+
+// TestFramesOnPorts: a guest counts as heard only on its own pod's port; a
+// frame from its MAC on another port of the bridge (an unchecked port, a
+// VM attached without CNI) is not the guest.
+func TestFramesOnPorts(t *testing.T) {
+	t0 := time.Date(2026, 11, 28, 9, 0, 0, 0, time.UTC)
+	frames := map[frameKey]time.Time{
+		{Port: "vmlattacker", MAC: "02:76:0a:f4:01:05"}: t0.Add(time.Second),
+		{Port: "vmltarget", MAC: "02:76:0a:f4:01:09"}:   t0,
+	}
+	mig := map[string]string{"prod/web": "02:76:0a:f4:01:05", "prod/db": "02:76:0a:f4:01:09", "prod/gone": "02:76:0a:f4:01:0a"}
+	ports := map[string]string{"prod/web": "vmltarget", "prod/db": "vmltarget"}
+	got := framesOnPorts(frames, mig, ports)
+	if len(got) != 1 || !got["02:76:0a:f4:01:09"].Equal(t0) {
+		t.Errorf("framesOnPorts = %v, want prod/db's frame on its own port alone", got)
+	}
+	var a announcements
+	now := t0.Add(-time.Second)
+	a.heard(mig, got, now)
+	heard, _ := a.heard(mig, framesOnPorts(map[frameKey]time.Time{{Port: "vmlattacker", MAC: "02:76:0a:f4:01:05"}: now.Add(time.Second)}, mig, ports), now.Add(2*time.Second))
+	if heard["prod/web"] {
+		t.Error("prod/web heard from a frame of its MAC on another port")
+	}
+}

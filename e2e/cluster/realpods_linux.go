@@ -101,13 +101,16 @@ const macSentinel = "02:00:5e:00:53:01"
 // same path, where QEMU serves its QMP monitor at Migration/NAME.qmp (see
 // QMP). Incoming, with it, starts QEMU waiting for a live migration's
 // stream at Migration/NAME.in instead of booting the guest: the target of
-// a migration, whose guest is the one the stream brings.
+// a migration, whose guest is the one the stream brings; the pod is
+// annotated vmlane.io/migration-target: MigrationFrom (the source pod), as
+// the plugin asks of a second pod of a running VM.
 type VMGuest struct {
-	Ping      []netip.Addr
-	Fetch     []string
-	VM        string
-	Migration string
-	Incoming  bool
+	Ping          []netip.Addr
+	Fetch         []string
+	VM            string
+	Migration     string
+	Incoming      bool
+	MigrationFrom string
 }
 
 // GuestReport is what VM pod name's guest has reported so far in its log.
@@ -164,6 +167,9 @@ exec ` + strings.Join(q, " ")
 	meta, class := "", "runtimeClassName: "+VMRuntimeClass
 	if g.VM != "" {
 		meta, class = "annotations: {vmlane.io/vm: "+g.VM+"}", ""
+		if g.MigrationFrom != "" {
+			meta = "annotations: {vmlane.io/vm: " + g.VM + ", vmlane.io/migration-target: " + g.MigrationFrom + "}"
+		}
 	}
 	mounts, volumes := "", ""
 	if g.Migration != "" {

@@ -60,7 +60,7 @@ func TestVMLiveMigration(t *testing.T) {
 
 	// The target: the same VM on node-b while the source runs. It gets
 	// the VM's addresses and MAC; the claim and the routes stay.
-	dst := c.StartVMPod(t, "vmmig-2", "node-b", cluster.VMGuest{VM: "vmmig", Migration: dir, Incoming: true})
+	dst := c.StartVMPod(t, "vmmig-2", "node-b", cluster.VMGuest{VM: "vmmig", Migration: dir, Incoming: true, MigrationFrom: "vmmig-1"})
 	if dst.IP != addr || dst.IP6 != addr6 {
 		t.Fatalf("vmmig-2 on node-b: pod IPs %s %s, want the VM's %s %s", dst.IP, dst.IP6, addr, addr6)
 	}
