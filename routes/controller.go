@@ -74,6 +74,8 @@ type Controller struct {
 	early    *earlyRoutes
 	recorder record.EventRecorder
 	metrics  *Metrics
+	// nodesGen counts Node events that change anything routes read.
+	nodesGen atomic.Uint64
 
 	mu       sync.Mutex
 	reported map[string]bool // node/reason pairs already logged and evented
@@ -141,6 +143,7 @@ func NewController(client kubernetes.Interface, table routeTable, ipt4, ipt6 ipt
 	enqueue := func(kind string) func(any) {
 		return func(any) {
 			m.informerEvent(kind)
+			c.nodesGen.Add(1)
 			c.queue.Add(syncKey)
 		}
 	}
@@ -153,6 +156,9 @@ func NewController(client kubernetes.Interface, table routeTable, ipt4, ipt6 ipt
 			// updates a second, each of which would cost a full reconcile.
 			if a, ok := old.(*corev1.Node); ok {
 				if b, ok := n.(*corev1.Node); ok && !c.changesRoutes(a, b) {
+					if !SameForRoutes(a, b) {
+						c.nodesGen.Add(1) // not this node's routes, but a Node changed
+					}
 					m.informerEvent("unchanged")
 					return
 				}
@@ -231,6 +237,15 @@ func (c *Controller) Ready() <-chan struct{} { return c.ready }
 
 // Node returns this controller's view of a node from the informer cache.
 func (c *Controller) Node(name string) (*corev1.Node, error) { return c.lister.Get(name) }
+
+// NodesGeneration counts the changes to the Nodes that matter to routes
+// (addresses, podCIDRs, readiness, labels; not heartbeats): a caller that
+// derived something from the Nodes knows by it when to derive it again.
+func (c *Controller) NodesGeneration() uint64 { return c.nodesGen.Load() }
+
+// Synced reports whether the Node informer has listed the cluster's Nodes
+// once: before, Node and PodCIDRs know none of them.
+func (c *Controller) Synced() bool { return c.informer.HasSynced() }
 
 func (c *Controller) nodes() []Node {
 	objs, err := c.lister.List(labels.Everything())

@@ -4,16 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/vmlane/vmlane/internal/testing/netnstest"
@@ -179,22 +175,7 @@ func benchVMName(i int) string { return fmt.Sprintf("vm%05d", i) }
 // until VMClaims can be listed.
 func installVMClaimCRD(b *testing.B, dyn dynamic.Interface) {
 	b.Helper()
-	raw, err := os.ReadFile("../../manifests/base/vmclaims.yaml")
-	if err != nil {
-		b.Fatal(err)
-	}
-	js, err := yaml.ToJSON(raw)
-	if err != nil {
-		b.Fatal(err)
-	}
-	crd := &unstructured.Unstructured{}
-	if err := crd.UnmarshalJSON(js); err != nil {
-		b.Fatal(err)
-	}
-	crds := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	if _, err := dyn.Resource(crds).Create(context.Background(), crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		b.Fatal(err)
-	}
+	applyManifest(b, dyn, "vmclaims.yaml")
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		_, err := dyn.Resource(vmClaimGVR).List(context.Background(), metav1.ListOptions{Limit: 1})
 		if err == nil {
@@ -217,7 +198,7 @@ func createVMClaims(b *testing.B, dyn dynamic.Interface) {
 			MAC:  fmt.Sprintf("02:76:%02x:%02x:%02x:%02x", a[0], a[1], a[2], a[3]),
 			Node: fmt.Sprintf("n%04d", benchVMHolder(i)), Pod: "default/" + benchVMName(i),
 		}
-		return applyClaim(context.Background(), dyn.Resource(vmClaimGVR), claimAction{Op: "create", VM: "default/" + benchVMName(i), Status: st})
+		return applyClaim(context.Background(), dyn.Resource(vmClaimGVR), claimAction{Op: "create", VM: "default/" + benchVMName(i), Status: st}, "")
 	})
 	if err != nil {
 		b.Fatalf("creating VMClaims: %v", strings.SplitN(err.Error(), "\n", 2)[0])

@@ -31,6 +31,11 @@ type claimStatus struct {
 	Node      string `json:"node"`
 	Pod       string `json:"pod,omitempty"`
 	HeldUntil string `json:"heldUntil,omitempty"`
+	// Home is the node whose pod subnets the addresses are of, which
+	// created the claim (the admission policy holds a node to its own
+	// name at creation and the name ever after); empty in a claim from
+	// before it.
+	Home string `json:"home,omitempty"`
 }
 
 // claim is a VMClaim as the publisher sees it: its identity, status and
@@ -82,6 +87,11 @@ func leaseClaims(f *leases.File, node string) map[string]claimStatus {
 			continue
 		}
 		st := claimStatus{IPv4: netip.PrefixFrom(l.IP, f.Subnet.Bits()).String(), MAC: l.MAC, Node: node}
+		if !l.Home.IsValid() {
+			// A lease that moved in from another node's subnet has its
+			// home there, which made its claim.
+			st.Home = node
+		}
 		if l.IP6.IsValid() && f.Subnet6.IsValid() {
 			st.IPv6 = netip.PrefixFrom(l.IP6, f.Subnet6.Bits()).String()
 		}
@@ -114,6 +124,10 @@ func leaseClaims(f *leases.File, node string) map[string]claimStatus {
 //     time ended, or vmlanectl claims release): delete it;
 //   - a lease and claim that disagree on the addresses: a conflict,
 //     reported, and the claim left as it is.
+//
+// A claim keeps the home it was created with: only the node whose subnets
+// hold a VM's addresses creates its claim (a lease that moved in whose
+// claim is gone waits for its home node to make it again).
 func planClaims(want map[string]claimStatus, have []claim, node string, nodeUp func(string) bool, heard map[string]bool) ([]claimAction, []claimConflict) {
 	byVM := make(map[string]claim, len(have))
 	for _, c := range have {
@@ -129,7 +143,18 @@ func planClaims(want map[string]claimStatus, have []claim, node string, nodeUp f
 	for _, vm := range vms {
 		w := want[vm]
 		c, ok := byVM[vm]
+		if ok {
+			// What the claim records and the lease may lack stays (the
+			// admission policy refuses to change it): its home, and an
+			// IPv6 address the VM keeps on a node without IPv6.
+			w.Home = c.Status.Home
+			if w.IPv6 == "" {
+				w.IPv6 = c.Status.IPv6
+			}
+		}
 		switch {
+		case !ok && w.Home == "":
+			// Moved in: its home node makes the claim.
 		case !ok:
 			acts = append(acts, claimAction{Op: "create", VM: vm, Status: w})
 		case c.Status.IPv4 != w.IPv4 || c.Status.MAC != w.MAC || (c.Status.IPv6 != w.IPv6 && c.Status.IPv6 != "" && w.IPv6 != ""):
@@ -285,6 +310,57 @@ func checkClaimAddrs(c claim, cluster prefixSet) (v4, v6 netip.Prefix, mac strin
 		return v4, v6, "", fmt.Errorf("VMClaim %s: status.node is empty", c.VM)
 	}
 	return v4, v6, mac, nil
+}
+
+// nodeState is what checkClaimNodes needs of a Node: whether the cluster
+// has it, and its pod subnets.
+type nodeState struct {
+	exists   bool
+	podCIDRs []netip.Prefix
+}
+
+// checkClaimNodes says what makes a claim that checkClaim passed unusable
+// by the nodes it names (nodeOf looks them up) or its hold time (now):
+//   - its node is not in the cluster: the node was removed (the claim's
+//     owner reference has Kubernetes delete it; a claim from before them,
+//     or a cluster without the garbage collector, stays), and a route via
+//     it, or an address held for it, would serve nothing;
+//   - it is held, and its hold time has passed: its node's vmlaned, which
+//     deletes it then, is not running;
+//   - its addresses are not of its home node's pod subnets: only the home
+//     node creates a VM's claim, and the admission policy holds a node to
+//     its own name as home, so a claim whose home does not hold its
+//     addresses is a node's claim to another node's pod addresses (a
+//     plain pod's, say), which no node routes. A home node the cluster no
+//     longer has holds nothing: its subnets may be another node's by now,
+//     which then lends the addresses as its own.
+func checkClaimNodes(u usable, nodeOf func(string) nodeState, now time.Time) error {
+	c := u.claim
+	if !nodeOf(c.Status.Node).exists {
+		return fmt.Errorf("VMClaim %s: status.node %q is not a node of the cluster: not used", c.VM, c.Status.Node)
+	}
+	if c.Status.HeldUntil != "" {
+		until, err := time.Parse(time.RFC3339, c.Status.HeldUntil)
+		if err != nil {
+			return fmt.Errorf("VMClaim %s: status.heldUntil %q is not an RFC 3339 time", c.VM, c.Status.HeldUntil)
+		}
+		if until.Before(now) {
+			return fmt.Errorf("VMClaim %s: held until %s, which has passed (is node %s's vmlaned running?): not used", c.VM, c.Status.HeldUntil, c.Status.Node)
+		}
+	}
+	if c.Status.Home == "" {
+		return nil
+	}
+	home := nodeOf(c.Status.Home)
+	if !home.exists {
+		return nil
+	}
+	for _, a := range []netip.Prefix{u.v4, u.v6} {
+		if a.IsValid() && !slices.ContainsFunc(home.podCIDRs, func(p netip.Prefix) bool { return p.Contains(a.Addr()) }) {
+			return fmt.Errorf("VMClaim %s: %s is not of its home node %s's pod subnets %v: not used", c.VM, a.Addr(), c.Status.Home, home.podCIDRs)
+		}
+	}
+	return nil
 }
 
 // usable is a claim that passed checkClaim, with what it parsed.

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
@@ -71,13 +72,13 @@ type claimsSync struct {
 	applied struct {
 		ok      bool
 		cluster []netip.Prefix
-		// down names the nodes that claims with a pod name and that were
-		// not up: a node going down or coming up changes the copy's
-		// Live flags.
-		down   string
-		vms    []routes.VM
-		mirror plugin.ClaimsFile
-		lent   []plugin.NodeClaim
+		// nodesGen is the Nodes' generation it was checked against: a
+		// node going down, coming up or going away changes what claims
+		// are usable and the copy's Live flags.
+		nodesGen uint64
+		vms      []routes.VM
+		mirror   plugin.ClaimsFile
+		lent     []plugin.NodeClaim
 		// mirrorJSON is mirror as writeMirror encoded it.
 		mirrorJSON []byte
 	}
@@ -92,9 +93,16 @@ type claimsSync struct {
 	frames  bridgeFrames
 	ann     announcements
 	awaited awaitedMACs
-	// up, when set, answers nodeUp instead of the route controller's
-	// cache (tests).
-	up func(node string) bool
+	// nodes, when set, answers node and nodesGen instead of the route
+	// controller's cache (tests).
+	nodes nodeSource
+}
+
+// nodeSource is the cluster's Nodes: the route controller's cache, or a
+// test's.
+type nodeSource interface {
+	Node(name string) (routes.Node, bool)
+	NodesGeneration() uint64
 }
 
 // runClaims runs claimsSync until ctx ends. Without the VMClaim CRD
@@ -113,7 +121,7 @@ func runClaims(ctx context.Context, dyn dynamic.Interface, c *config, subnet net
 	}
 	api := dyn.Resource(vmClaimGVR)
 	inf, kick := claimsInformer(ctx, dyn, log)
-	if inf == nil {
+	if inf == nil || !waitNodes(ctx, ctrl) {
 		return
 	}
 	s := &claimsSync{c: c, api: api, claims: inf.GetStore(), store: store, ctrl: ctrl, log: log, warned: map[string]string{},
@@ -204,6 +212,23 @@ func claimsInformer(ctx context.Context, dyn dynamic.Interface, log *slog.Logger
 	return inf, kick
 }
 
+// waitNodes waits for the route controller's Node cache to list the
+// cluster: a claims pass before it would find every claim's node gone and
+// its pod subnets unknown, and drop every VM's routes and its copy for the
+// plugin. false when ctx ends first.
+func waitNodes(ctx context.Context, ctrl *routes.Controller) bool {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for !ctrl.Synced() {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
+	return true
+}
+
 // runClaimRoutes is routes-only mode's part of VM identity: every VMClaim
 // watched, and the host routes of VMs away from their home subnets handed
 // to the route controller, so the nodes of another CNI reach a VM that
@@ -211,7 +236,7 @@ func claimsInformer(ctx context.Context, dyn dynamic.Interface, log *slog.Logger
 func runClaimRoutes(ctx context.Context, dyn dynamic.Interface, c *config, ctrl *routes.Controller, log *slog.Logger) {
 	log = log.With("component", "claims")
 	inf, kick := claimsInformer(ctx, dyn, log)
-	if inf == nil {
+	if inf == nil || !waitNodes(ctx, ctrl) {
 		return
 	}
 	s := &claimsSync{c: c, claims: inf.GetStore(), ctrl: ctrl, log: log, warned: map[string]string{}}
@@ -257,8 +282,12 @@ func (s *claimsSync) pass(ctx context.Context) {
 	for _, c := range conflicts {
 		s.warnOnce(c.VM, "VM lease and VMClaim disagree; the claim is kept: "+c.String())
 	}
+	var owner types.UID
+	if n, err := s.ctrl.Node(s.c.NodeName); err == nil {
+		owner = n.UID
+	}
 	for _, a := range acts {
-		if err := applyClaim(ctx, s.api, a); err != nil {
+		if err := applyClaim(ctx, s.api, a, owner); err != nil {
 			s.log.Warn("VMClaim", "action", a.String(), "err", err)
 			continue
 		}
@@ -270,10 +299,25 @@ func (s *claimsSync) pass(ctx context.Context) {
 	}
 
 	vms, mirror, lent := s.apply(have)
+	// The addresses of this node's subnets that claims name for VMs
+	// elsewhere are held here first: a claim whose address another lease
+	// here holds (a plain pod's, another VM's) is refused, and neither
+	// routed by this node nor proxied, nor copied for the plugin.
+	if refused := s.holdLent(lent); len(refused) > 0 {
+		vms, mirror, lent = withoutVMs(vms, mirror, lent, refused)
+		s.applied.mirrorJSON = nil
+	}
 	s.writeMirror(mirror)
 	s.ctrl.SetVMs(vms)
-	s.holdLent(lent)
 	s.proxyLent(lent)
+}
+
+// withoutVMs is apply's result without the claims of refused VMs.
+func withoutVMs(vms []routes.VM, mirror plugin.ClaimsFile, lent []plugin.NodeClaim, refused map[string]bool) ([]routes.VM, plugin.ClaimsFile, []plugin.NodeClaim) {
+	vms = slices.DeleteFunc(slices.Clone(vms), func(v routes.VM) bool { return refused[v.Name] })
+	mirror.Claims = slices.DeleteFunc(slices.Clone(mirror.Claims), func(c plugin.NodeClaim) bool { return refused[c.VM] })
+	lent = slices.DeleteFunc(slices.Clone(lent), func(c plugin.NodeClaim) bool { return refused[c.VM] })
+	return vms, mirror, lent
 }
 
 // heard looks for the guests of this node's migrating VMs (see migrating)
@@ -337,12 +381,12 @@ func (s *claimsSync) apply(have []claim) ([]routes.VM, plugin.ClaimsFile, []plug
 	if len(cluster) == 0 {
 		cluster = s.ctrl.PodCIDRs()
 	}
-	down := s.downNodes(have)
-	if a := &s.applied; a.ok && !s.listChanged && slices.Equal(a.cluster, cluster) && a.down == down {
+	gen := s.nodesGen()
+	if a := &s.applied; a.ok && !s.listChanged && slices.Equal(a.cluster, cluster) && a.nodesGen == gen {
 		return a.vms, a.mirror, a.lent
 	}
 	vms, mirror, lent := s.check(have, cluster)
-	s.applied.ok, s.applied.cluster, s.applied.down = true, cluster, down
+	s.applied.ok, s.applied.cluster, s.applied.nodesGen = true, cluster, gen
 	s.applied.vms, s.applied.mirror, s.applied.lent = vms, mirror, lent
 	s.applied.mirrorJSON = nil
 	return vms, mirror, lent
@@ -352,8 +396,22 @@ func (s *claimsSync) apply(have []claim) ([]routes.VM, plugin.ClaimsFile, []plug
 func (s *claimsSync) check(have []claim, cluster []netip.Prefix) ([]routes.VM, plugin.ClaimsFile, []plugin.NodeClaim) {
 	inCluster := newPrefixSet(cluster)
 	ok := make([]usable, 0, len(have))
+	nodes := map[string]nodeState{}
+	nodeOf := func(name string) nodeState {
+		st, seen := nodes[name]
+		if !seen {
+			n, exists := s.node(name)
+			st = nodeState{exists: exists, podCIDRs: n.PodCIDRs}
+			nodes[name] = st
+		}
+		return st
+	}
+	now := time.Now()
 	for _, c := range have {
 		u, err := checkClaim(c, inCluster)
+		if err == nil {
+			err = checkClaimNodes(u, nodeOf, now)
+		}
 		if err != nil {
 			s.warnOnce(c.VM, err.Error())
 			continue
@@ -386,36 +444,32 @@ func (s *claimsSync) check(have []claim, cluster []netip.Prefix) ([]routes.VM, p
 	return vms, mirror, lent
 }
 
-// downNodes names, sorted, the nodes other than this one that claims with a
-// pod name and that are not up (nodeUp), each looked up once.
-func (s *claimsSync) downNodes(have []claim) string {
-	up := map[string]bool{}
-	var down []string
-	for _, c := range have {
-		n := c.Status.Node
-		if c.Status.Pod == "" || n == s.c.NodeName {
-			continue
-		}
-		if _, seen := up[n]; !seen {
-			up[n] = s.nodeUp(n)
-			if !up[n] {
-				down = append(down, n)
-			}
-		}
-	}
-	slices.Sort(down)
-	return strings.Join(down, ",")
-}
-
 // nodeUp reports whether a node is in the cluster and Ready, from the route
 // controller's cache: a claim naming a node that is not gives way to the
 // VM's pod elsewhere (its pod is gone with its node, or soon will be).
 func (s *claimsSync) nodeUp(name string) bool {
-	if s.up != nil {
-		return s.up(name)
+	n, ok := s.node(name)
+	return ok && n.Ready
+}
+
+// node is the Node called name as the route controller's cache has it.
+func (s *claimsSync) node(name string) (routes.Node, bool) {
+	if s.nodes != nil {
+		return s.nodes.Node(name)
 	}
 	n, err := s.ctrl.Node(name)
-	return err == nil && routes.FromNode(n, "").Ready
+	if err != nil {
+		return routes.Node{}, false
+	}
+	return routes.FromNode(n, ""), true
+}
+
+// nodesGen changes when a Node changes in a way node reports.
+func (s *claimsSync) nodesGen() uint64 {
+	if s.nodes != nil {
+		return s.nodes.NodesGeneration()
+	}
+	return s.ctrl.NodesGeneration()
 }
 
 // list is every VMClaim in the informer's cache, sorted by VM. Objects in
@@ -483,7 +537,7 @@ func claimFromObject(u *unstructured.Unstructured) claim {
 	c := claim{VM: u.GetNamespace() + "/" + u.GetName(), ResourceVersion: u.GetResourceVersion(), Created: u.GetCreationTimestamp().Time}
 	st, _ := u.Object["status"].(map[string]any)
 	str := func(k string) string { v, _ := st[k].(string); return v }
-	c.Status = claimStatus{IPv4: str("ipv4"), IPv6: str("ipv6"), MAC: str("mac"), Node: str("node"), Pod: str("pod"), HeldUntil: str("heldUntil")}
+	c.Status = claimStatus{IPv4: str("ipv4"), IPv6: str("ipv6"), MAC: str("mac"), Node: str("node"), Pod: str("pod"), HeldUntil: str("heldUntil"), Home: str("home")}
 	return c
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -18,6 +19,7 @@ import (
 	"github.com/vmlane/vmlane/internal/testing/privtest"
 	"github.com/vmlane/vmlane/leases"
 	"github.com/vmlane/vmlane/plugin"
+	"github.com/vmlane/vmlane/routes"
 )
 
 // fakeProxies is a bridge's NDP proxy table.
@@ -268,9 +270,10 @@ func TestSweepHostRoutes(t *testing.T) {
 // of the VM on another node that is up, and only then; a node going down
 // or coming up changes the copy though the claims did not.
 func TestMirrorLive(t *testing.T) {
-	up := map[string]bool{"node-b": true}
+	nodes := testNodes("node-a", "node-b", "node-c")
+	nodes.set("node-c", false)
 	s := &claimsSync{c: &config{NodeName: "node-a", ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}},
-		warned: map[string]string{}, up: func(n string) bool { return up[n] }}
+		warned: map[string]string{}, nodes: nodes}
 	mk := func(vm, ip, mac, node, pod string) claim {
 		return claim{VM: "default/" + vm, Status: claimStatus{IPv4: ip + "/24", MAC: mac, Node: node, Pod: pod}}
 	}
@@ -294,8 +297,79 @@ func TestMirrorLive(t *testing.T) {
 	if got := live(); got != "default/live@default/live-1" {
 		t.Errorf("Live claims %q, want default/live's alone", got)
 	}
-	up["node-c"] = true
+	nodes.set("node-c", true)
 	if got := live(); got != "default/down@default/down-1 default/live@default/live-1" {
 		t.Errorf("node-c up: Live claims %q, want default/down's too", got)
+	}
+}
+
+// fakeNodes is the cluster's Nodes as a test gives them: node-a has
+// 10.244.1.0/24, node-b 10.244.2.0/24, and so on.
+type fakeNodes struct {
+	byName map[string]routes.Node
+	gen    uint64
+}
+
+func (f *fakeNodes) Node(name string) (routes.Node, bool) { n, ok := f.byName[name]; return n, ok }
+func (f *fakeNodes) NodesGeneration() uint64              { return f.gen }
+
+// testNodes makes the named nodes, Ready, each with the /24 of its letter.
+func testNodes(names ...string) *fakeNodes {
+	f := &fakeNodes{byName: map[string]routes.Node{}}
+	for _, n := range names {
+		i := int(n[len(n)-1]-'a') + 1
+		f.byName[n] = routes.Node{Name: n, Ready: true, PodCIDRs: []netip.Prefix{netip.MustParsePrefix(fmt.Sprintf("10.244.%d.0/24", i))}}
+	}
+	return f
+}
+
+// set makes a node Ready or not.
+func (f *fakeNodes) set(name string, ready bool) {
+	n := f.byName[name]
+	n.Ready = ready
+	f.byName[name] = n
+	f.gen++
+}
+
+// remove takes a node out of the cluster.
+func (f *fakeNodes) remove(name string) {
+	delete(f.byName, name)
+	f.gen++
+}
+
+// TestClaimOfALeasedAddress: a claim that names, for a VM elsewhere, an
+// address a lease of this (home) node holds, a plain pod's, is refused by
+// holdLent, and the pass neither routes nor proxies it nor copies it for
+// the plugin; a claim of a free address is held as before.
+func TestClaimOfALeasedAddress(t *testing.T) {
+	sub := netip.MustParsePrefix("10.244.1.0/24")
+	store, err := leases.Open(filepath.Join(t.TempDir(), "leases.json"), sub, sub.Addr().Next())
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := store.Reserve(leases.ReserveRequest{Key: leases.Key{ContainerID: "db-0", IfName: "eth0"}, IP: netip.MustParseAddr("10.244.1.9"),
+		MACFor: plugin.DeriveMAC, Pod: leases.Pod{Namespace: "bank", Name: "db-0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &claimsSync{c: &config{Bridge: "vmlane0", NodeName: "node-a"}, store: store, warned: map[string]string{},
+		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	hijack := plugin.NodeClaim{VM: "attacker/x", IPv4: netip.MustParsePrefix("10.244.1.9/24"), MAC: db.MAC, Node: "node-c", Pod: "attacker/x-1"}
+	web := plugin.NodeClaim{VM: "default/web", IPv4: netip.MustParsePrefix("10.244.1.5/24"), MAC: "02:76:0a:f4:01:05", Node: "node-b", Pod: "default/web-1"}
+	refused := s.holdLent([]plugin.NodeClaim{hijack, web})
+	if !refused["attacker/x"] || refused["default/web"] {
+		t.Fatalf("refused %v, want attacker/x alone", refused)
+	}
+	vms := []routes.VM{{Name: "attacker/x", Node: "node-c"}, {Name: "default/web", Node: "node-b"}}
+	mirror := plugin.ClaimsFile{Version: 1, Claims: []plugin.NodeClaim{hijack, web}}
+	vms, mirror, lent := withoutVMs(vms, mirror, []plugin.NodeClaim{hijack, web}, refused)
+	if len(vms) != 1 || vms[0].Name != "default/web" || len(mirror.Claims) != 1 || len(lent) != 1 {
+		t.Errorf("after refusal: routes %v, copy %v, lent %v; want default/web's alone", vms, mirror.Claims, lent)
+	}
+	ls, _ := store.List()
+	for _, l := range ls {
+		if l.IP == db.IP && l.Pod.Name != "db-0" {
+			t.Errorf("the pod's address is now %+v", l)
+		}
 	}
 }

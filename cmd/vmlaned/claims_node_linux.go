@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/vmlane/vmlane/internal/bridge"
@@ -30,17 +31,29 @@ import (
 // elsewhere hold out of use here: a held lease each, renewed every pass
 // (the store's hold time from now), so a VM that stays away keeps them
 // and one whose claim goes gives them back after the hold time.
-func (s *claimsSync) holdLent(lent []plugin.NodeClaim) {
+// It returns the VMs whose addresses or MAC another lease here holds: a
+// claim naming a plain pod's address (or another VM's) for a VM elsewhere,
+// which no route or proxy of this node may follow.
+func (s *claimsSync) holdLent(lent []plugin.NodeClaim) (refused map[string]bool) {
 	if len(lent) == 0 {
-		return
+		return nil
 	}
 	err := s.store.Update(func(tx *leases.Tx) error {
+		refused = nil
 		for _, c := range lent {
 			var ip6 netip.Addr
 			if s.store.Subnet6().Contains(c.IPv6.Addr()) {
 				ip6 = c.IPv6.Addr()
 			}
-			if err := tx.HoldFor(c.VM, c.IPv4.Addr(), ip6, c.MAC); err != nil {
+			err := tx.HoldFor(c.VM, c.IPv4.Addr(), ip6, c.MAC)
+			switch {
+			case errors.Is(err, leases.ErrInUse):
+				if refused == nil {
+					refused = map[string]bool{}
+				}
+				refused[c.VM] = true
+				s.warnOnce(c.VM, fmt.Sprintf("VMClaim %s names, for a VM on %s, what a lease of this node holds: not used, routed or proxied: %v", c.VM, c.Node, err))
+			case err != nil:
 				s.warnOnce(c.VM, fmt.Sprintf("holding VM %s's addresses of this node's subnet while it runs on %s: %v", c.VM, c.Node, err))
 			}
 		}
@@ -49,6 +62,7 @@ func (s *claimsSync) holdLent(lent []plugin.NodeClaim) {
 	if err != nil {
 		s.log.Warn("holding the addresses of VMs running elsewhere", "err", err)
 	}
+	return refused
 }
 
 // proxyLent keeps one NDP proxy entry on the bridge for each IPv6 address of
@@ -301,7 +315,12 @@ func watchFrames(ctx context.Context, awaited *awaitedMACs, poke func(), log *sl
 
 // applyClaim makes one call of the plan; update and delete only if the
 // claim is still as it was read.
-func applyClaim(ctx context.Context, api dynamic.NamespaceableResourceInterface, a claimAction) error {
+//
+// A created or updated claim is owned by this node's Node (owner, when
+// known: a claim names its writer's node, see planClaims), so that
+// Kubernetes' garbage collector deletes the claims of a node that is
+// removed, whose vmlaned no longer deletes them.
+func applyClaim(ctx context.Context, api dynamic.NamespaceableResourceInterface, a claimAction, owner types.UID) error {
 	ns, name := splitVM(a.VM)
 	if a.Op == "delete" {
 		return api.Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &a.ResourceVersion}})
@@ -317,6 +336,9 @@ func applyClaim(ctx context.Context, api dynamic.NamespaceableResourceInterface,
 		"metadata":   map[string]any{"name": name, "namespace": ns},
 		"status":     status,
 	}}
+	if owner != "" {
+		obj.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: a.Status.Node, UID: owner}})
+	}
 	if a.Op == "create" {
 		_, err := api.Namespace(ns).Create(ctx, obj, metav1.CreateOptions{})
 		return err

@@ -23,11 +23,15 @@ func TestLeaseClaims(t *testing.T) {
 				VMName: "default/web", Pod: leases.Pod{Namespace: "default", Name: "virt-launcher-web-x"}},
 			{IP: netip.MustParseAddr("10.244.1.6"), MAC: "02:76:0a:f4:01:06", State: leases.StateHeld, Source: leases.SourceCNI, VMName: "prod/db", Expires: until},
 			{IP: netip.MustParseAddr("10.244.1.7"), MAC: "02:76:0a:f4:01:07", State: "migrating", Source: leases.SourceCNI, VMName: "prod/newer"},
+			{IP: netip.MustParseAddr("10.244.2.8"), MAC: "02:76:0a:f4:02:08", State: leases.StateBound, Source: leases.SourceCNI, VMName: "prod/in",
+				Home: netip.MustParsePrefix("10.244.2.0/24"), Pod: leases.Pod{Namespace: "prod", Name: "in-1"}},
 		},
 	}
 	want := map[string]claimStatus{
-		"default/web": {IPv4: "10.244.1.5/24", IPv6: "fd00:10:244:1::5/64", MAC: "02:76:0a:f4:01:05", Node: "node-a", Pod: "default/virt-launcher-web-x"},
-		"prod/db":     {IPv4: "10.244.1.6/24", MAC: "02:76:0a:f4:01:06", Node: "node-a", HeldUntil: "2026-11-27T10:00:00Z"},
+		"default/web": {IPv4: "10.244.1.5/24", IPv6: "fd00:10:244:1::5/64", MAC: "02:76:0a:f4:01:05", Node: "node-a", Pod: "default/virt-launcher-web-x", Home: "node-a"},
+		"prod/db":     {IPv4: "10.244.1.6/24", MAC: "02:76:0a:f4:01:06", Node: "node-a", HeldUntil: "2026-11-27T10:00:00Z", Home: "node-a"},
+		// Moved in from node-b's subnet: its home is node-b.
+		"prod/in": {IPv4: "10.244.2.8/24", MAC: "02:76:0a:f4:02:08", Node: "node-a", Pod: "prod/in-1"},
 	}
 	if diff := cmp.Diff(want, leaseClaims(f, "node-a")); diff != "" {
 		t.Errorf("leaseClaims (-want +got):\n%s", diff)
@@ -35,12 +39,15 @@ func TestLeaseClaims(t *testing.T) {
 }
 
 func TestPlanClaims(t *testing.T) {
-	web := claimStatus{IPv4: "10.244.1.5/24", MAC: "02:76:0a:f4:01:05", Node: "node-a", Pod: "default/web-1"}
-	webHeld := claimStatus{IPv4: "10.244.1.5/24", MAC: "02:76:0a:f4:01:05", Node: "node-a", HeldUntil: "2026-11-27T10:00:00Z"}
-	webOnB := claimStatus{IPv4: "10.244.1.5/24", MAC: "02:76:0a:f4:01:05", Node: "node-b", Pod: "default/web-2"}
-	webHeldOnB := claimStatus{IPv4: "10.244.1.5/24", MAC: "02:76:0a:f4:01:05", Node: "node-b", HeldUntil: "2026-11-27T10:00:00Z"}
-	webOnGone := claimStatus{IPv4: "10.244.1.5/24", MAC: "02:76:0a:f4:01:05", Node: "node-gone", Pod: "default/web-2"}
-	other := claimStatus{IPv4: "10.244.1.9/24", MAC: "02:76:0a:f4:01:09", Node: "node-a", Pod: "default/web-1"}
+	web := claimStatus{IPv4: "10.244.1.5/24", MAC: "02:76:0a:f4:01:05", Node: "node-a", Pod: "default/web-1", Home: "node-a"}
+	webHeld := claimStatus{IPv4: "10.244.1.5/24", MAC: "02:76:0a:f4:01:05", Node: "node-a", HeldUntil: "2026-11-27T10:00:00Z", Home: "node-a"}
+	webBefore := web
+	webBefore.Home = "" // a claim from before homes
+	movedIn := claimStatus{IPv4: "10.244.2.8/24", MAC: "02:76:0a:f4:02:08", Node: "node-a", Pod: "default/in-1"}
+	webOnB := claimStatus{IPv4: "10.244.1.5/24", MAC: "02:76:0a:f4:01:05", Node: "node-b", Pod: "default/web-2", Home: "node-a"}
+	webHeldOnB := claimStatus{IPv4: "10.244.1.5/24", MAC: "02:76:0a:f4:01:05", Node: "node-b", HeldUntil: "2026-11-27T10:00:00Z", Home: "node-a"}
+	webOnGone := claimStatus{IPv4: "10.244.1.5/24", MAC: "02:76:0a:f4:01:05", Node: "node-gone", Pod: "default/web-2", Home: "node-a"}
+	other := claimStatus{IPv4: "10.244.1.9/24", MAC: "02:76:0a:f4:01:09", Node: "node-a", Pod: "default/web-1", Home: "node-a"}
 	for _, tc := range []struct {
 		name     string
 		want     map[string]claimStatus
@@ -52,6 +59,8 @@ func TestPlanClaims(t *testing.T) {
 		{name: "new VM", want: map[string]claimStatus{"default/web": web},
 			acts: []string{"create default/web 10.244.1.5/24  02:76:0a:f4:01:05 node=node-a pod=default/web-1 held="}},
 		{name: "in step", want: map[string]claimStatus{"default/web": web}, have: []claim{{VM: "default/web", Status: web, ResourceVersion: "7"}}},
+		{name: "a claim from before homes keeps none", want: map[string]claimStatus{"default/web": web}, have: []claim{{VM: "default/web", Status: webBefore, ResourceVersion: "7"}}},
+		{name: "moved in, its claim gone: the home makes it", want: map[string]claimStatus{"default/in": movedIn}},
 		{name: "pod went", want: map[string]claimStatus{"default/web": webHeld}, have: []claim{{VM: "default/web", Status: web, ResourceVersion: "7"}},
 			acts: []string{"update default/web 10.244.1.5/24  02:76:0a:f4:01:05 node=node-a pod= held=2026-11-27T10:00:00Z"}},
 		{name: "came here from node-b", want: map[string]claimStatus{"default/web": web}, have: []claim{{VM: "default/web", Status: webHeldOnB, ResourceVersion: "7"}},
@@ -309,5 +318,47 @@ func TestFramesOnPorts(t *testing.T) {
 	heard, _ := a.heard(mig, framesOnPorts(map[frameKey]time.Time{{Port: "vmlattacker", MAC: "02:76:0a:f4:01:05"}: now.Add(time.Second)}, mig, ports), now.Add(2*time.Second))
 	if heard["prod/web"] {
 		t.Error("prod/web heard from a frame of its MAC on another port")
+	}
+}
+
+// TestCheckClaimNodes: a claim is not used when its node is gone, its hold
+// time has passed, or its addresses are not of its home node's subnets (a
+// node's claim to another node's pod addresses); a claim of a home node the
+// cluster no longer has, or from before homes, is.
+func TestCheckClaimNodes(t *testing.T) {
+	now := time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)
+	nodes := map[string]nodeState{
+		"node-a": {exists: true, podCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24"), netip.MustParsePrefix("fd00:1::/64")}},
+		"node-c": {exists: true, podCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.3.0/24")}},
+	}
+	nodeOf := func(n string) nodeState { return nodes[n] }
+	mk := func(st claimStatus) usable {
+		u, err := checkClaim(claim{VM: "attacker/x", Status: st}, newPrefixSet([]netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00::/16")}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	for _, tc := range []struct {
+		name string
+		st   claimStatus
+		want string // "" is usable
+	}{
+		{"at home", claimStatus{IPv4: "10.244.1.5/24", IPv6: "fd00:1::5/64", MAC: "02:76:0a:f4:01:05", Node: "node-c", Pod: "p/x", Home: "node-a"}, ""},
+		{"from before homes", claimStatus{IPv4: "10.244.1.5/24", MAC: "02:76:0a:f4:01:05", Node: "node-c", Pod: "p/x"}, ""},
+		{"home gone", claimStatus{IPv4: "10.244.1.5/24", MAC: "02:76:0a:f4:01:05", Node: "node-c", Home: "node-gone", HeldUntil: "2026-11-29T10:00:00Z"}, ""},
+		{"node gone", claimStatus{IPv4: "10.244.1.5/24", MAC: "02:76:0a:f4:01:05", Node: "node-gone", Pod: "p/x", Home: "node-a"}, `status.node "node-gone" is not a node of the cluster`},
+		{"hold time passed", claimStatus{IPv4: "10.244.1.5/24", MAC: "02:76:0a:f4:01:05", Node: "node-a", Home: "node-a", HeldUntil: "2026-11-28T09:59:59Z"}, "held until 2026-11-28T09:59:59Z, which has passed"},
+		{"bad hold time", claimStatus{IPv4: "10.244.1.5/24", MAC: "02:76:0a:f4:01:05", Node: "node-a", Home: "node-a", HeldUntil: "tomorrow"}, `status.heldUntil "tomorrow"`},
+		{"another node's pod address", claimStatus{IPv4: "10.244.1.9/24", MAC: "02:76:0a:f4:01:09", Node: "node-c", Pod: "attacker/x-1", Home: "node-c"}, "10.244.1.9 is not of its home node node-c's pod subnets"},
+		{"IPv6 of another node", claimStatus{IPv4: "10.244.1.5/24", IPv6: "fd00:2::5/64", MAC: "02:76:0a:f4:01:05", Node: "node-a", Pod: "p/x", Home: "node-a"}, "fd00:2::5 is not of its home node node-a's"},
+	} {
+		err := checkClaimNodes(mk(tc.st), nodeOf, now)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v, want usable", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
 	}
 }
