@@ -2,6 +2,7 @@ package leases
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -32,8 +33,14 @@ func FindIP(path, mac string) (ip netip.Addr, from string, ok bool, err error) {
 	if err != nil {
 		return netip.Addr{}, "", false, err
 	}
-	if l, ok := snap.ByMAC(m); ok {
+	l, err := snap.LookupMAC(m)
+	switch {
+	case err == nil:
 		return l.IP, "lease", true, nil
+	case errors.Is(err, ErrAmbiguousMAC):
+		// Not the ARP table either: the forger's guest may be the one
+		// the node last talked to.
+		return netip.Addr{}, "", false, fmt.Errorf("%s: %w", m, err)
 	}
 	ns, err := arpTable()
 	if err != nil {

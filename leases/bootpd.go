@@ -122,13 +122,19 @@ func setBootpdField(l *Lease, key, val string) error {
 		}
 		if mac != "" {
 			l.MAC = mac
+			// Since macOS 15 bootpd writes a client identifier of
+			// RFC 4361's (type ff) here too.
+			l.MACFromClientID = strings.HasPrefix(val, "ff,")
 		}
 	case "identifier":
 		// The same forms, when hw_address gave no MAC (or is absent): a
 		// malformed identifier is the client's business, not an error.
 		if l.MAC == "" {
-			if mac, err := parseBootpdHW(val); err == nil {
+			if mac, err := parseBootpdHW(val); err == nil && mac != "" {
 				l.MAC = mac
+				// The identifier is the client's to choose, whatever
+				// its form.
+				l.MACFromClientID = true
 			}
 		}
 	case "lease":
@@ -155,7 +161,7 @@ func parseBootpdHW(val string) (string, error) {
 		return "", errors.New("want type,address")
 	}
 	if typ == "ff" {
-		return macFromClientID(addr), nil
+		return MACFromClientID(addr), nil
 	}
 	if typ != "1" {
 		return "", nil
@@ -182,12 +188,12 @@ const (
 	maxClientIDs = 2 + 128 + 4   // the longest identifier worth reading: a DUID is at most 128 bytes
 )
 
-// macFromClientID is the MAC in an RFC 4361 client identifier as bootpd
+// MACFromClientID is the MAC in an RFC 4361 client identifier as bootpd
 // writes it after "ff," (octets in hex without leading zeros, a 4-byte
 // IAID, then the DUID): the link-layer address of a DUID-LL or DUID-LLT
 // of an Ethernet link, or "" for anything else, a malformed one included,
 // so that a wrong match is never made.
-func macFromClientID(addr string) string {
+func MACFromClientID(addr string) string {
 	fields := strings.Split(addr, ":")
 	if len(fields) > maxClientIDs {
 		return ""

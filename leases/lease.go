@@ -140,6 +140,12 @@ type Lease struct {
 	// independent of it: a guest may run one client and not the other.
 	State6   State     `json:"state6,omitempty"`
 	Expires6 time.Time `json:"expires6,omitzero"`
+	// MACFromClientID marks a bootpd lease whose MAC came out of the
+	// client's identifier (a DUID-LL or DUID-LLT) rather than its
+	// hardware address: a guest can put any MAC in its identifier, so
+	// ByMAC prefers a record keyed by the hardware address. It is never
+	// set in vmlane's own file.
+	MACFromClientID bool `json:"-"`
 	// Unknown holds a newer writer's members of the lease, which a
 	// rewrite keeps.
 	Unknown UnknownMembers `json:"-"`

@@ -1,6 +1,7 @@
 package leases
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -85,21 +86,65 @@ func (s *Snapshot) Leases() []Lease { return s.File.Leases }
 // meaning it cannot tell ([Lease.Known]). When
 // a MAC has several leases (bootpd keeps old ones), the first in the file
 // wins: bootpd lists the newest first.
+//
+// In bootpd's file, a guest chooses its client identifier, so a DUID-LL
+// carrying another guest's MAC makes a record that names that MAC too: a
+// record keyed by the hardware address wins over one keyed by an
+// identifier, and when two live records of the same kind name one MAC
+// with different addresses there is no answer ([Snapshot.LookupMAC] says
+// why).
 func (s *Snapshot) ByMAC(mac string) (Lease, bool) {
+	l, err := s.LookupMAC(mac)
+	return l, err == nil
+}
+
+// ErrNoLease is LookupMAC's answer for a MAC no live lease names.
+var ErrNoLease = errors.New("no live lease")
+
+// ErrAmbiguousMAC is LookupMAC's answer for a MAC that two live leases of
+// bootpd's name with different addresses: one of them is another guest's
+// forged client identifier, and which is not knowable from the file.
+var ErrAmbiguousMAC = errors.New("two live leases name the MAC")
+
+// LookupMAC is ByMAC with the reason for no answer: ErrNoLease, or
+// ErrAmbiguousMAC with the addresses and names of the records.
+func (s *Snapshot) LookupMAC(mac string) (Lease, error) {
 	m, err := NormalizeMAC(mac)
 	if err != nil {
-		return Lease{}, false
+		return Lease{}, err
 	}
+	var byHW, byID []*Lease
 	for i := range s.File.Leases {
 		l := &s.File.Leases[i]
-		if l.MAC == m && l.Live() {
-			if l.Expired(s.now) {
-				return Lease{}, false
+		if l.MAC != m || !l.Live() {
+			continue
+		}
+		if l.Expired(s.now) {
+			// The newest record of the MAC has expired: what older
+			// ones say is older still.
+			if len(byHW)+len(byID) == 0 && !l.MACFromClientID {
+				return Lease{}, ErrNoLease
 			}
-			return *l, true
+			continue
+		}
+		if l.MACFromClientID {
+			byID = append(byID, l)
+		} else {
+			byHW = append(byHW, l)
 		}
 	}
-	return Lease{}, false
+	for _, ls := range [][]*Lease{byHW, byID} {
+		if len(ls) == 0 {
+			continue
+		}
+		for _, o := range ls[1:] {
+			if o.IP != ls[0].IP {
+				return Lease{}, fmt.Errorf("%w: %s (%s) and %s (%s)", ErrAmbiguousMAC, ls[0].IP, ls[0].Hostname, o.IP, o.Hostname)
+			}
+		}
+		return *ls[0], nil
+	}
+	return Lease{}, ErrNoLease
 }
 
 // ByIP returns the lease that holds an address of either family (ip or
