@@ -26,7 +26,7 @@ import (
 // next hops (the node's first address of each family: the
 // --node-ip-annotation one, then its InternalIPs).
 func bgpConfig(c *config, n *corev1.Node) (bgp.Config, error) {
-	cfg := bgp.Config{ASN: c.BGPASN, Peers: c.BGPPeers, RouterID: c.BGPRouterID}
+	cfg := bgp.Config{ASN: c.BGPASN, Peers: c.BGPPeers, RouterID: c.BGPRouterID, MaxPrefixes: c.BGPMaxPrefixes}
 	if v, ok := n.Annotations[bgp.AnnotationASN]; ok {
 		asn, err := bgp.ParseASN(v)
 		if err != nil {

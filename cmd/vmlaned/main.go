@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -67,12 +68,14 @@ type config struct {
 	VXLANVNI, VXLANPort int
 	Underlay            netip.Addr
 	// BGP (--cross-subnet=bgp): the node's ASN, its peers, the router ID
-	// (zero: the node's IPv4 address) and the file of the MD5 password
-	// (a Secret's key, mounted).
+	// (zero: the node's IPv4 address), the file of the MD5 password
+	// (a Secret's key, mounted) and how many prefixes of a family a peer
+	// may send.
 	BGPASN          uint32
 	BGPPeers        peerList
 	BGPRouterID     netip.Addr
 	BGPPasswordFile string
+	BGPMaxPrefixes  uint32
 	// Announcer is the BGP speaker the route controller tells what to
 	// announce (set at start in bgp mode).
 	Announcer     routes.Announcer
@@ -124,7 +127,7 @@ type config struct {
 }
 
 func parseFlags(args []string, stderr io.Writer) (*config, error) {
-	c := &config{}
+	c := &config{BGPMaxPrefixes: bgp.DefaultMaxPrefixes}
 	fs := flag.NewFlagSet("vmlaned", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var podCIDR, clusterCIDR, serviceCIDR, dns, search, logLevel, cniVersion string
@@ -140,6 +143,14 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&bgpASN, "bgp-asn", "", "--cross-subnet=bgp: this node's AS number (a Node may set its own with the "+bgp.AnnotationASN+" annotation)")
 	fs.Var(&c.BGPPeers, "bgp-peer", "--cross-subnet=bgp: a router to peer with, ADDR:ASN or [IPV6]:ASN; repeat for more (a Node may list its own in the "+bgp.AnnotationPeers+" annotation, comma-separated)")
 	fs.StringVar(&bgpRouterID, "bgp-router-id", "", "--cross-subnet=bgp: the BGP router ID (default: the node's IPv4 address)")
+	fs.Func("bgp-max-prefixes", fmt.Sprintf("--cross-subnet=bgp: how many prefixes of each family a peer may send before its session is ended (vmlaned learns nothing, but keeps what peers send until it is rejected); 0 is no limit (default %d)", bgp.DefaultMaxPrefixes), func(v string) error {
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil {
+			return fmt.Errorf("want a number of prefixes, 0 for no limit")
+		}
+		c.BGPMaxPrefixes = uint32(n)
+		return nil
+	})
 	fs.StringVar(&c.BGPPasswordFile, "bgp-password-file", "", "--cross-subnet=bgp: a file holding the TCP MD5 password of every session (a Secret's key, mounted)")
 	fs.IntVar(&c.VXLANVNI, "vxlan-vni", routes.DefaultVXLANVNI, "--cross-subnet=vxlan: the VXLAN network identifier (flannel uses 1, Calico 4096)")
 	fs.IntVar(&c.VXLANPort, "vxlan-port", routes.DefaultVXLANPort, "--cross-subnet=vxlan: the VXLAN UDP port (flannel uses 8472)")

@@ -48,6 +48,15 @@ const (
 // forgotten within minutes.
 const DefaultRestartTime = 120 * time.Second
 
+// DefaultMaxPrefixes is how many prefixes of a family a peer may send
+// (vmlaned --bgp-max-prefixes). The speaker learns nothing, but GoBGP keeps
+// what a peer sends (its Adj-RIB-In) before the import policy rejects it:
+// without a limit, a router (or anyone on the path of a session without
+// MD5) could grow vmlaned's memory without bound. A fabric router sends a
+// node a default route or nothing; a thousand leaves room for a router
+// that sends its connected subnets.
+const DefaultMaxPrefixes = 1000
+
 // Peer is a BGP neighbour: a router of the fabric.
 type Peer struct {
 	Addr netip.Addr
@@ -161,6 +170,12 @@ type Config struct {
 	// RestartTime is the graceful restart time (DefaultRestartTime when
 	// 0).
 	RestartTime time.Duration
+	// MaxPrefixes is how many prefixes of each family a peer may send;
+	// one more ends the session with a Cease NOTIFICATION (Maximum Number
+	// of Prefixes Reached, RFC 4486), and the speaker connects again
+	// after its idle hold time, to be cut again while the peer keeps
+	// sending as many. 0 is no limit.
+	MaxPrefixes uint32
 }
 
 // Check says what is wrong with c, naming the setting and the value.

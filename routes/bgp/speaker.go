@@ -35,6 +35,10 @@ type Speaker struct {
 	sessions  sessions                       // guarded by mu
 	stopping  bool                           // guarded by mu
 	stopPoll  context.CancelFunc
+	// limited is when each peer's session was ended at the prefix
+	// limit; poll's only. peers is each peer as Start added it.
+	limited map[string]time.Time
+	peers   map[string]*api.Peer
 }
 
 // families are the address families of every session: IPv4 and IPv6
@@ -67,6 +71,7 @@ func Start(ctx context.Context, cfg Config, m *Metrics, log *slog.Logger, report
 		announced: map[netip.Prefix]*apiutil.Path{},
 		noNextHop: map[bool]bool{},
 		sessions:  sessions{up: map[string]bool{}, why: map[string]string{}},
+		peers:     map[string]*api.Peer{},
 	}
 	go sp.s.Serve()
 	restart := uint32(cfg.RestartTime / time.Second)
@@ -106,10 +111,16 @@ func Start(ctx context.Context, cfg Config, m *Metrics, log *slog.Logger, report
 	for _, p := range cfg.Peers {
 		afis := make([]*api.AfiSafi, 0, len(families))
 		for _, f := range families {
-			afis = append(afis, &api.AfiSafi{
+			afi := &api.AfiSafi{
 				Config:            &api.AfiSafiConfig{Family: f, Enabled: true},
 				MpGracefulRestart: &api.MpGracefulRestart{Config: &api.MpGracefulRestartConfig{Enabled: true}},
-			})
+			}
+			if cfg.MaxPrefixes > 0 {
+				// GoBGP warns at 80% and ends the session past the
+				// limit (peer.isPrefixLimit).
+				afi.PrefixLimits = &api.PrefixLimit{Family: f, MaxPrefixes: cfg.MaxPrefixes, ShutdownThresholdPct: 80}
+			}
+			afis = append(afis, afi)
 		}
 		peer := &api.Peer{
 			Conf: &api.PeerConf{NeighborAddress: p.Addr.String(), PeerAsn: p.ASN, AuthPassword: cfg.Password},
@@ -132,9 +143,10 @@ func Start(ctx context.Context, cfg Config, m *Metrics, log *slog.Logger, report
 			sp.Stop()
 			return nil, fmt.Errorf("BGP: adding peer %s: %w", p, err)
 		}
+		sp.peers[p.Addr.String()] = peer
 		m.setUp(p.Addr.String(), false)
 	}
-	log.Info("BGP speaker up", "asn", cfg.ASN, "routerID", cfg.RouterID, "peers", fmt.Sprint(cfg.Peers), "restartTime", cfg.RestartTime, "md5", cfg.Password != "")
+	log.Info("BGP speaker up", "asn", cfg.ASN, "routerID", cfg.RouterID, "peers", fmt.Sprint(cfg.Peers), "restartTime", cfg.RestartTime, "md5", cfg.Password != "", "maxPrefixes", cfg.MaxPrefixes)
 	return sp, nil
 }
 
@@ -266,8 +278,13 @@ func (sp *Speaker) poll(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		var atLimit []*api.PeerState
 		_ = sp.s.ListPeer(ctx, &api.ListPeerRequest{}, func(p *api.Peer) {
 			st := p.GetState()
+			if st.GetAdminState() == api.PeerState_ADMIN_STATE_PFX_CT {
+				atLimit = append(atLimit, st)
+				return
+			}
 			s := st.GetSessionState()
 			up := s == api.PeerState_SESSION_STATE_ESTABLISHED
 			idle := s == api.PeerState_SESSION_STATE_IDLE || s == api.PeerState_SESSION_STATE_ACTIVE
@@ -285,6 +302,7 @@ func (sp *Speaker) poll(ctx context.Context) {
 			}
 			sp.observe(st.GetNeighborAddress(), st.GetPeerAsn(), up, idle, reason, msg)
 		})
+		sp.prefixLimited(ctx, atLimit)
 	}
 }
 

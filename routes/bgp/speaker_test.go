@@ -390,3 +390,49 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 	t.Fatal(what + ": not within 20s")
 }
+
+// TestSpeakerPrefixLimit: a peer that sends more prefixes of a family than
+// MaxPrefixes has its session ended, reported with the limit; the speaker
+// keeps no more of them than the limit and the UPDATE that went past it
+// (GoBGP counts after storing one). After prefixLimitRetry it connects
+// again, and a peer that sends no more than the limit keeps its session.
+func TestSpeakerPrefixLimit(t *testing.T) {
+	defer func(d time.Duration) { prefixLimitRetry = d }(prefixLimitRetry)
+	prefixLimitRetry = time.Second
+	defer func(d time.Duration) { pollEvery = d }(pollEvery)
+	pollEvery = 100 * time.Millisecond
+	r := newRouter(t)
+	rep := &reports{}
+	cfg := testConfig(r, routerASN)
+	cfg.MaxPrefixes = 3
+	sp, err := Start(context.Background(), cfg, NewMetrics(nil), quiet(), rep.add)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Stop()
+	peer := netip.MustParseAddr("127.0.0.1")
+	waitFor(t, "session up", func() bool { return sp.Established(peer) })
+	for _, p := range []string{"192.0.2.0/24", "192.0.2.1/32", "192.0.2.2/32"} {
+		r.do(t, "add "+p) // an UPDATE each
+	}
+	time.Sleep(time.Second)
+	if !sp.Established(peer) {
+		t.Fatal("the session went down at the limit, not past it")
+	}
+	r.do(t, "add 192.0.2.3/32")
+	rep.wait(t, "VmlaneBGPPrefixLimit", "sent more than 3 prefixes")
+	in := 0
+	sp.s.ListPath(apiutil.ListPathRequest{TableType: api.TableType_TABLE_TYPE_ADJ_IN, Name: "127.0.0.1", Family: bgppkt.RF_IPv4_UC}, func(bgppkt.NLRI, []*apiutil.Path) { in++ })
+	if in > 4 {
+		t.Errorf("the speaker keeps %d of the peer's prefixes, more than its limit of 3 and the one UPDATE past it", in)
+	}
+	// The router sends two now: the speaker connects again, and stays.
+	r.do(t, "delete-all")
+	r.do(t, "add 192.0.2.0/24")
+	r.do(t, "add 192.0.2.1/32")
+	waitFor(t, "session up again", func() bool { return sp.Established(peer) })
+	time.Sleep(2 * time.Second)
+	if !sp.Established(peer) {
+		t.Error("the session under the limit went down again")
+	}
+}
