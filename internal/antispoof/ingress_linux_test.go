@@ -245,3 +245,47 @@ func wantChains(t *testing.T, l *lan, want ...string) {
 		t.Errorf("netdev chains = %v, want %v", got, want)
 	}
 }
+
+// TestTableFromBefore: a table written by a vmlane from before the netdev
+// table (simulated by deleting it) still takes Remove and
+// Add, and Sync makes it whole with every port's MAC in the netdev table.
+func TestTableFromBefore(t *testing.T) {
+	l := newLAN(t)
+	for _, p := range []antispoof.Port{l.portA, l.portB} {
+		if err := l.table.Add(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.node.Do(func() error {
+		c, err := nftables.New()
+		if err != nil {
+			return err
+		}
+		c.DelTable(&nftables.Table{Name: antispoof.TableName, Family: nftables.TableFamilyNetdev})
+		return c.Flush()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.table.Remove(l.portB.Name); err != nil {
+		t.Fatalf("Remove on a table from before: %v", err)
+	}
+	wantPorts(t, l.table, l.portA)
+	ch, err := sync(l.table, l.portA, l.portB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(ch.Repaired, "netdev table missing") || strings.Join(ch.Attached, " ") != "vmlA vmlB" {
+		t.Errorf("Sync of a table from before: %+v", ch)
+	}
+	if err := l.table.Verify(); err != nil {
+		t.Errorf("Verify after Sync: %v", err)
+	}
+	// Both ports' traffic passes their ingress chains: their MACs are in
+	// the netdev table.
+	got := l.run(t)
+	for _, a := range attacks(l) {
+		if got[a.name] == a.stopped {
+			t.Errorf("after the repair, %q arrived=%v, want %v", a.name, got[a.name], !a.stopped)
+		}
+	}
+}

@@ -145,19 +145,7 @@ func queueRouters6(c *conn, have []netip.Addr, want []netip.Addr) error {
 			w = append(w, key(a))
 		}
 	}
-	del, add := elementDiff(h, w)
-	s := routers6Set(c.tb)
-	if len(del) > 0 {
-		if err := c.SetDeleteElements(s, del); err != nil {
-			return fmt.Errorf("antispoof: set %s: %w", setRouters6, err)
-		}
-	}
-	if len(add) > 0 {
-		if err := c.SetAddElements(s, add); err != nil {
-			return fmt.Errorf("antispoof: set %s: %w", setRouters6, err)
-		}
-	}
-	return nil
+	return queueElements(c, routers6Set(c.tb), h, w)
 }
 
 func flush(c *conn, what string) error {
@@ -221,9 +209,12 @@ func (t Table) add(p Port, seen *View) error {
 			if err := queueEnsure(c); err != nil {
 				return err
 			}
-			if err := queueRouters6(c, v.Routers6, t.Routers6); err != nil {
-				return err
+			if t.Routers6 != nil {
+				if err := queueRouters6(c, v.Routers6, t.Routers6); err != nil {
+					return err
+				}
 			}
+			v.ndMACs = nonNil(v.ndMACs) // queueEnsure makes the set
 		}
 		after := append(without(v.Ports, p.Name), p)
 		if err := queueChange(c, v, after); err != nil {
@@ -326,8 +317,9 @@ func (t Table) Sync(want, listed []Port) (Changes, error) {
 	var ch Changes
 	err := t.retry(func(c *conn) error {
 		ch = Changes{}
-		if err := verify(c); err != nil {
-			ch.Repaired = err.Error()
+		damage := verify(c)
+		if damage != nil {
+			ch.Repaired = damage.Error()
 			if err := queueEnsure(c); err != nil {
 				return err
 			}
@@ -335,6 +327,9 @@ func (t Table) Sync(want, listed []Port) (Changes, error) {
 		v, err := read(c)
 		if err != nil {
 			return err
+		}
+		if damage != nil {
+			v.ndMACs = nonNil(v.ndMACs) // queueEnsure makes the set
 		}
 		after := append(slices.Clip(want), newer(v.Ports, listed)...)
 		ch.Added, ch.Removed = diff(v.Ports, after)
@@ -520,14 +515,28 @@ func read(c *conn) (View, error) {
 // queueChange adds to c's batch what turns the ports v holds into after:
 // each set's elements that after lacks are deleted, the ones it adds are
 // added, in both tables. Elements two ports share (a port with two
-// addresses has one name and one MAC) stay while any port needs them.
+// addresses has one name and one MAC) stay while any port needs them. A
+// netdev set that neither exists nor is made in this batch (v.ndMACs nil:
+// a table of a vmlane from before it) is left to the next Add or Sync,
+// which make it.
 func queueChange(c *conn, v View, after []Port) error {
 	for i, s := range sets(c.tb) {
 		if err := queueElements(c, s, keysOf(v.Ports, i), keysOf(after, i)); err != nil {
 			return err
 		}
 	}
+	if v.ndMACs == nil {
+		return nil
+	}
 	return queueElements(c, netdevMACsSet(c.nd), v.ndMACs, keysOf(after, 1))
+}
+
+// nonNil is keys, or an empty slice for none.
+func nonNil(keys [][]byte) [][]byte {
+	if keys == nil {
+		return [][]byte{}
+	}
+	return keys
 }
 
 func queueElements(c *conn, s *nftables.Set, have, want [][]byte) error {
