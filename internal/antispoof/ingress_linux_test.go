@@ -289,3 +289,63 @@ func TestTableFromBefore(t *testing.T) {
 		}
 	}
 }
+
+// TestAttachAfterTheLinkCameBack: a port whose veth went and came back
+// under its name (a retried ADD of the same attachment, whose DEL left its
+// chain to vmlaned) is checked on the new link once Attach is called, and
+// Attach then rewrites nothing: a chain kept from the old link (Linux 6.16
+// and later bind it to the new one) stays as it was.
+func TestAttachAfterTheLinkCameBack(t *testing.T) {
+	l := newLAN(t)
+	for _, p := range []antispoof.Port{l.portA, l.portB} {
+		if err := l.table.Add(p); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.table.Attach(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	handles := func() string {
+		var out []string
+		if err := l.node.Do(func() error {
+			c, err := nftables.New()
+			if err != nil {
+				return err
+			}
+			nd := &nftables.Table{Name: antispoof.TableName, Family: nftables.TableFamilyNetdev}
+			rules, err := c.GetRules(nd, &nftables.Chain{Name: l.portA.Name, Table: nd})
+			for _, r := range rules {
+				out = append(out, fmt.Sprint(r.Handle))
+			}
+			return err
+		}); err != nil {
+			return "none: " + err.Error()
+		}
+		return strings.Join(out, " ")
+	}
+	before := handles()
+	l.node.MustRun(t, "ip", "link", "del", "vmlA")
+	kept := handles() == before
+	l.node.MustRun(t, "ip", "link", "add", "vmlA", "type", "veth", "peer", "name", "eth0", "netns", l.a.Name)
+	if err := l.table.Attach(l.portA); err != nil {
+		t.Fatal(err)
+	}
+	l.node.MustRun(t, "ip", "link", "set", "vmlA", "master", "br0", "up")
+	l.a.MustRun(t, "ip", "link", "set", "eth0", "address", l.portA.MAC.String(), "up")
+	l.a.MustRun(t, "ip", "addr", "add", l.portA.IP.String()+"/24", "dev", "eth0")
+	switch after := handles(); {
+	case !kept:
+		t.Logf("this kernel removed the chain with its link (before Linux 6.16): Attach made it again, rules %q", after)
+	case after != before:
+		t.Errorf("Attach rewrote the chain the old link left: rules %q, then %q", before, after)
+	}
+	if learned, forwarded := linkLocalAttack(t, l); len(learned)+len(forwarded) != 0 {
+		t.Errorf("on the new link: groups %v moved b's MAC to a's port, %v reached b", learned, forwarded)
+	}
+	got := l.run(t)
+	for _, a := range attacks(l) {
+		if got[a.name] == a.stopped {
+			t.Errorf("on the new link, %q arrived=%v, want %v", a.name, got[a.name], !a.stopped)
+		}
+	}
+}

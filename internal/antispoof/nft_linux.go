@@ -40,6 +40,11 @@ type conn struct {
 	netns string
 }
 
+// conn opens one netlink socket for a whole operation (its reads and its
+// transaction): closing an nftables socket waits, under the kernel's
+// nftables commit lock, for the work other processes' deletions left
+// (nft_rcv_nl_event), so a socket per call, as google/nftables opens by
+// default, made each CNI ADD wait that many times behind concurrent ones.
 func (t Table) conn() (*conn, func(), error) {
 	name := t.Name
 	if name == "" {
@@ -48,19 +53,22 @@ func (t Table) conn() (*conn, func(), error) {
 	tb := &nftables.Table{Name: name, Family: nftables.TableFamilyBridge}
 	nd := &nftables.Table{Name: name, Family: nftables.TableFamilyNetdev}
 	if t.NetNS == "" {
-		c, err := nftables.New()
-		return &conn{c, tb, nd, ""}, func() {}, err
+		c, err := nftables.New(nftables.AsLasting())
+		if err != nil {
+			return nil, nil, err
+		}
+		return &conn{c, tb, nd, ""}, func() { c.CloseLasting() }, nil
 	}
 	f, err := os.Open(t.NetNS)
 	if err != nil {
 		return nil, nil, fmt.Errorf("antispoof: %w", err)
 	}
-	c, err := nftables.New(nftables.WithNetNSFd(int(f.Fd())))
+	c, err := nftables.New(nftables.AsLasting(), nftables.WithNetNSFd(int(f.Fd())))
 	if err != nil {
 		f.Close()
 		return nil, nil, err
 	}
-	return &conn{c, tb, nd, t.NetNS}, func() { f.Close() }, nil
+	return &conn{c, tb, nd, t.NetNS}, func() { c.CloseLasting(); f.Close() }, nil
 }
 
 func sets(table *nftables.Table) []*nftables.Set {
@@ -227,8 +235,8 @@ func (t Table) add(p Port, seen *View) error {
 // Attach puts the ingress check of p's port on its link (the host veth),
 // which must exist: the CNI plugin calls it after making the veth and
 // before the veth joins the bridge, so no frame of the port reaches the
-// bridge unchecked. It writes p's MAC into the netdev table too, so that
-// it holds after an Add that a newer table made redundant.
+// bridge unchecked. It writes p's MAC into the netdev table too (an add,
+// a no-op when there), so that the check holds whatever Add found.
 func (t Table) Attach(p Port) error {
 	if err := p.Validate(); err != nil {
 		return err
@@ -238,6 +246,24 @@ func (t Table) Attach(p Port) error {
 		return err
 	}
 	defer done()
+	// A chain the port's earlier link left (Linux 6.16 and later keep a
+	// netdev chain whose device went, and bind it to the next device of
+	// its name) is the port's already: writing it again would delete its
+	// rules, which waits for an RCU grace period under the nftables commit
+	// lock (an ADD that retries an attachment, whose DEL left the chain
+	// to vmlaned, took 2.3 times the reference plugins' time with it).
+	chains, err := ingressChains(c)
+	if err != nil {
+		return err
+	}
+	whole := false
+	if ch, ok := chains[p.Name]; ok {
+		why, err := ingressProblem(c, ch)
+		if err != nil {
+			return err
+		}
+		whole = why == ""
+	}
 	c.AddTable(c.nd)
 	s := netdevMACsSet(c.nd)
 	if err := c.AddSet(s, nil); err != nil {
@@ -246,7 +272,9 @@ func (t Table) Attach(p Port) error {
 	if err := c.SetAddElements(s, []nftables.SetElement{{Key: macKey(p.Name, p.MAC)}}); err != nil {
 		return fmt.Errorf("antispoof: netdev set %s: %w", netdevMACs, err)
 	}
-	queueAttach(c, p.Name)
+	if !whole {
+		queueAttach(c, p.Name)
+	}
 	return flush(c, "attaching the ingress check of port "+p.Name)
 }
 
