@@ -131,7 +131,7 @@ func (f *fakeDataplane) SetupVeth(netns, podIf, hostIf, bridge string, mtu int, 
 	if f.links[hk] != nil || f.links[pk] != nil {
 		return Link{}, Link{}, fmt.Errorf("%s or %s already exists in the pod: file exists", hostIf, podIf)
 	}
-	host := &fakeLink{kind: "veth", master: bridge, autoMAC: fakeMAC("", hostIf), mtu: mtu, up: true, peer: pk}
+	host := &fakeLink{kind: "veth", master: bridge, autoMAC: fakeMAC("", hostIf), mtu: mtu, up: true, peer: pk, hairpin: true}
 	if guard != nil {
 		// A chain of the netdev table bound to the link: the kernel
 		// removes it with the link (before Linux 6.16), as the fake does.

@@ -85,6 +85,9 @@ func (f *fakeDataplane) state() []string {
 		if l.ingress {
 			out = append(out, tc+"qdisc add dev "+k.name+" ingress")
 		}
+		if l.hairpin {
+			out = append(out, "bridge link set dev "+k.name+" hairpin on")
+		}
 		if l.guardChain != "" {
 			out = append(out, "nft add chain netdev "+l.guardChain+" "+k.name+" { type filter hook ingress device "+k.name+" priority -500; }")
 		}
@@ -159,6 +162,7 @@ func TestFakeDataplane(t *testing.T) {
 			"ip -n /run/netns/p link set eth0 mtu 1500 addrgenmode none up",
 			"ip link add vh type veth peer name eth0 netns /run/netns/p",
 			"ip link set vh master br0 mtu 1500 up",
+			"bridge link set dev vh hairpin on",
 			"tc -n /run/netns/p filter add dev eth0 ingress prio 1 protocol all u32 match u32 0 0 action mirred egress redirect dev tap0",
 			"tc -n /run/netns/p qdisc add dev eth0 ingress",
 		})

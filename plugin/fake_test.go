@@ -61,13 +61,15 @@ type fakeLink struct {
 	// guardChain is the anti-spoofing table whose ingress chain checks
 	// the link (SetupVeth's guard), empty for none.
 	guardChain string
-	addrs      []netip.Prefix
-	gateway    netip.Addr  // default route via
-	gateway6   netip.Addr  // IPv6 default route via
-	peer       fakeLinkKey // veth only
-	tapFlags   string      // tuntap only
-	tapFor     string      // tuntap only: the pod interface SetupTap joined it to
-	ingress    bool        // has an ingress qdisc
+	// hairpin is the bridge port's hairpin mode.
+	hairpin  bool
+	addrs    []netip.Prefix
+	gateway  netip.Addr  // default route via
+	gateway6 netip.Addr  // IPv6 default route via
+	peer     fakeLinkKey // veth only
+	tapFlags string      // tuntap only
+	tapFor   string      // tuntap only: the pod interface SetupTap joined it to
+	ingress  bool        // has an ingress qdisc
 	// redirects are the ingress filters' mirred egress redirect targets
 	// (links of the same netns); "" is one that was deleted since, as
 	// the kernel keeps the filter with no device.

@@ -120,6 +120,16 @@ func (netlinkDataplane) SetupVeth(netnsPath, podIf, hostIf, bridge string, mtu i
 	if err := netlink.LinkSetMaster(host, br); err != nil {
 		return Link{}, Link{}, fmt.Errorf("joining %s to %s: %w", hostIf, bridge, err)
 	}
+	// Hairpin: a pod that reaches a Service it backs gets its packet
+	// back through its own port. With br_netfilter (kube-proxy's iptables
+	// and IPVS modes want it), the DNAT happens as the frame crosses the
+	// bridge, which then forwards it out the port it came in on, and drops
+	// it unless the port has hairpin on (the reference bridge plugin's
+	// hairpinMode). The frame goes out to the pod: anti-spoofing, which
+	// checks what comes in from a port, is not in its way.
+	if err := netlink.LinkSetHairpin(host, true); err != nil {
+		return Link{}, Link{}, fmt.Errorf("setting hairpin on %s: %w", hostIf, err)
+	}
 	if err := netlink.LinkSetUp(host); err != nil {
 		return Link{}, Link{}, err
 	}

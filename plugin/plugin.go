@@ -50,6 +50,8 @@ type dataplane interface {
 	// IPv6 link-local), as in VM mode where the guest is the only sender.
 	// guard, when set, is the anti-spoofing check of hostIf's ingress
 	// (antispoof.Table.Attach), in place before hostIf joins the bridge.
+	// hostIf's bridge port has hairpin on: a pod reaches a Service it
+	// backs.
 	SetupVeth(netns, podIf, hostIf, bridge string, mtu int, podMAC string, quiet bool, guard *VethGuard) (host, pod Link, err error)
 	// ConfigureAddress puts addr on podIf in netns and a default route via
 	// gw, for either family; an IPv6 address skips duplicate address

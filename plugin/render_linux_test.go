@@ -176,6 +176,11 @@ func renderLinks(netns string, skip, withMAC, pods map[string]bool) ([]string, e
 			set += " down"
 		}
 		out = append(out, set)
+		if a.MasterIndex != 0 {
+			if pi, err := netlink.LinkGetProtinfo(l); err == nil && pi.Hairpin {
+				out = append(out, "bridge link set dev "+a.Name+" hairpin on")
+			}
+		}
 		lines, err := renderL3(ip, l)
 		if err != nil {
 			return nil, err

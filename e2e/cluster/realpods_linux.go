@@ -111,6 +111,9 @@ type VMGuest struct {
 	Migration     string
 	Incoming      bool
 	MigrationFrom string
+	// Label, when set, is one more label of the pod (KEY: VALUE), for a
+	// Service that selects it alone.
+	Label string
 }
 
 // GuestReport is what VM pod name's guest has reported so far in its log.
@@ -176,12 +179,16 @@ exec ` + strings.Join(q, " ")
 		mounts = fmt.Sprintf("\n        - {name: migration, mountPath: %s}", g.Migration)
 		volumes = fmt.Sprintf("\n    - {name: migration, hostPath: {path: %s, type: Directory}}", g.Migration)
 	}
+	labels := "app: vm"
+	if g.Label != "" {
+		labels += ", " + g.Label
+	}
 	c.Apply(tb, fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
   name: %s
   namespace: default
-  labels: {app: vm}
+  labels: {%s}
   %s
 spec:
   %s
@@ -202,7 +209,7 @@ spec:
   volumes:
     - {name: usr, hostPath: {path: /usr}}
     - {name: guest, hostPath: {path: %s}}%s
-`, name, meta, class, node, script, guestDir, mounts, guestDir, volumes))
+`, name, labels, meta, class, node, script, guestDir, mounts, guestDir, volumes))
 	var pod KubePod
 	WaitFor(tb, 3*time.Minute, "VM pod "+name+" running with an IP", func() (bool, string) {
 		ok, why := c.PodsReady("default", "app=vm", len(c.Pods(tb, "default", "app=vm")))
