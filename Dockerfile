@@ -31,6 +31,15 @@ RUN --mount=type=cache,target=/go/pkg/mod \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
     go build -trimpath -buildvcs=false -ldflags "-s -w -X main.version=$VERSION" \
         -o /out/ ./cmd/vmlane ./cmd/vmlaned ./cmd/vmlanectl
+# The reference portmap plugin, at the version go.mod pins, which vmlane's
+# conflists chain for hostPort: go install builds it as its own module's
+# main (cross-compiled into bin/GOOS_GOARCH when not native).
+RUN --mount=type=cache,target=/go/pkg/mod \
+    --mount=type=cache,target=/root/.cache/go-build \
+    v=$(go list -m -f '{{.Version}}' github.com/containernetworking/plugins) \
+    && CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
+       go install -trimpath -ldflags "-s -w" github.com/containernetworking/plugins/plugins/meta/portmap@$v \
+    && cp $(find /go/bin -name portmap -type f | head -n 1) /out/portmap
 
 # Not distroless: vmlaned's iptables rules go through the iptables command
 # (coreos/go-iptables execs it), and the init containers need a shell.

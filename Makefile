@@ -28,10 +28,14 @@ CNI_PLUGINS_DIR     = $(CACHE)/cni-plugins/$(CNI_PLUGINS_VERSION)
 all: build
 
 ## build: vmlane, vmlaned and vmlanectl into bin/, static (the plugin runs
-## on the node under whatever libc it has; the image packs these)
+## on the node under whatever libc it has; the image packs these), and the
+## reference portmap plugin, which vmlane's conflists chain for hostPort
 build:
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/...
+	@test -x $(BIN)/portmap -a "$$(cat $(BIN)/.portmap-version 2>/dev/null)" = "$(CNI_PLUGINS_VERSION)" || { \
+		CGO_ENABLED=0 GOBIN=$(BIN) $(GO) install github.com/containernetworking/plugins/plugins/meta/portmap@$(CNI_PLUGINS_VERSION) && \
+		echo $(CNI_PLUGINS_VERSION) > $(BIN)/.portmap-version; }
 
 ## deps: Debian packages the tests need (only what is missing)
 deps:

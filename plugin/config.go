@@ -85,6 +85,10 @@ type NetConf struct {
 	// AntiSpoof keeps each attachment to its own MAC and address on the
 	// bridge (internal/antispoof). On unless set to false.
 	AntiSpoof *bool `json:"antiSpoof,omitempty"`
+	// PortMap says the conflist chains the reference portmap plugin
+	// after vmlane (hostPort): GC, which portmap does not implement, has
+	// portmap remove the mappings of each attachment it releases.
+	PortMap bool `json:"portMap,omitempty"`
 	// LeaseTime is the DHCP lease time vmlaned hands VMs of this network,
 	// as a Go duration ("1h") or seconds.
 	LeaseTime json.RawMessage `json:"leaseTime,omitempty"`

@@ -181,6 +181,13 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 		}
 		for _, l := range released {
 			log.Info("collected", "ip", l.IP, "attachment", l.Key().String())
+			// portmap implements no GC: the mappings of an attachment
+			// whose DEL never came would stay for ever.
+			if c.PortMap {
+				if err := p.dp.Unmap(c.Name, c.CNIVersion, l.Key()); err != nil {
+					errs = append(errs, fmt.Errorf("removing the hostPort mappings of %s: %w", l.Key(), err))
+				}
+			}
 		}
 		if c.Guard {
 			errs = append(errs, sweepGuards(p.dp, AntiSpoofTable(c.Bridge), listed, store))

@@ -333,3 +333,32 @@ func TestPluginStatus(t *testing.T) {
 		wantCode(t, status(h, map[string]any{"subnet": "10.244.9.0/24"}), errPluginNotAvailable)
 	})
 }
+
+// TestPluginGCUnmapsPorts: with the conflist's portMap (portmap chained
+// after vmlane for hostPort), GC has portmap remove the hostPort mappings
+// of each attachment it releases: portmap has no GC of its own, and a pod
+// whose DEL never came would keep its host ports for ever.
+func TestPluginGCUnmapsPorts(t *testing.T) {
+	h := newHarness(t, map[string]any{"portMap": true})
+	a, b := att("a"), att("b")
+	h.mustAdd(a, nil)
+	h.mustAdd(b, nil)
+	if err := h.other("GC", h.p.GC, attachment{}, gcConf(b)); err != nil {
+		t.Fatal(err)
+	}
+	h.dp.mu.Lock()
+	got := slices.Clone(h.dp.unmapped)
+	h.dp.mu.Unlock()
+	if want := []string{"vmlane " + a.id + "/" + a.ifname}; !slices.Equal(got, want) {
+		t.Errorf("Unmap calls %q, want %q", got, want)
+	}
+	// Without portMap, GC asks portmap for nothing.
+	h2 := newHarness(t, nil)
+	h2.mustAdd(a, nil)
+	if err := h2.other("GC", h2.p.GC, attachment{}, gcConf()); err != nil {
+		t.Fatal(err)
+	}
+	if len(h2.dp.unmapped) != 0 {
+		t.Errorf("Unmap without portMap: %q", h2.dp.unmapped)
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vmlane/vmlane/internal/antispoof"
 	"github.com/vmlane/vmlane/internal/bridge"
+	"github.com/vmlane/vmlane/leases"
 )
 
 // The dataplane methods of fakeDataplane: each logs its call, applies an
@@ -403,4 +404,15 @@ func (f *fakeDataplane) BridgeStatus(name string) error {
 		return errors.New("bridge is down")
 	}
 	return nil
+}
+
+func (f *fakeDataplane) Unmap(network, cniVersion string, key leases.Key) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	before, after := f.enterLocked("Unmap", network, key.String())
+	if before != nil {
+		return before
+	}
+	f.unmapped = append(f.unmapped, network+" "+key.String())
+	return after
 }

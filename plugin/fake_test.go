@@ -38,9 +38,11 @@ type fakeDataplane struct {
 	guardErr    error                     // what Guard returns, if set
 	// hostRoutes are RouteHost's routes: destination to bridge.
 	hostRoutes map[netip.Prefix]string
-	calls      []string
-	counts     map[string]int
-	faults     map[string]*fakeFault
+	// unmapped are the attachments Unmap was asked for ("NETWORK KEY").
+	unmapped []string
+	calls    []string
+	counts   map[string]int
+	faults   map[string]*fakeFault
 }
 
 // fakeLinkKey names a link: netns "" is the host's.

@@ -1,13 +1,19 @@
 package plugin
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"syscall"
+	"time"
 
+	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
@@ -18,6 +24,7 @@ import (
 	"github.com/vmlane/vmlane/internal/bridge"
 	"github.com/vmlane/vmlane/internal/kernel"
 	"github.com/vmlane/vmlane/internal/sysctl"
+	"github.com/vmlane/vmlane/leases"
 )
 
 // netlinkDataplane is the Linux dataplane: netlink for links, addresses,
@@ -449,4 +456,28 @@ func (netlinkDataplane) RouteHost(bridgeName string, dst netip.Prefix) error {
 
 func (netlinkDataplane) UnrouteHost(bridgeName string, dst netip.Prefix) error {
 	return bridge.UnrouteHost(bridgeName, dst)
+}
+
+// Unmap runs the portmap plugin's DEL for the attachment key, found in
+// CNI_PATH as the runtime would. portmap's DEL does nothing unless it is
+// given a mapping, and then removes every mapping of the network and
+// container (its chains are named after them), so one placeholder mapping
+// goes with it.
+func (netlinkDataplane) Unmap(network, cniVersion string, key leases.Key) error {
+	path, err := invoke.FindInPath("portmap", filepath.SplitList(os.Getenv("CNI_PATH")))
+	if err != nil {
+		return err
+	}
+	conf, err := json.Marshal(map[string]any{
+		"cniVersion": cniVersion, "name": network, "type": "portmap", "snat": true,
+		"runtimeConfig": map[string]any{"portMappings": []map[string]any{{"hostPort": 1, "containerPort": 1, "protocol": "tcp"}}},
+	})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return invoke.ExecPluginWithoutResult(ctx, path, conf, &invoke.Args{
+		Command: "DEL", ContainerID: key.ContainerID, IfName: key.IfName, Path: os.Getenv("CNI_PATH"),
+	}, nil)
 }

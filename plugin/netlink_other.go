@@ -7,6 +7,7 @@ import (
 	"net/netip"
 
 	"github.com/vmlane/vmlane/internal/antispoof"
+	"github.com/vmlane/vmlane/leases"
 )
 
 // errUnsupported: the CNI plugin drives Linux bridges, veths and TAPs. On
@@ -51,3 +52,4 @@ func (unsupported) Observe(string, Attached) (Observed, error) {
 func (unsupported) Guard(string, antispoof.Port, *antispoof.View) error { return errUnsupported }
 func (unsupported) Unguard(string, ...string) error                     { return errUnsupported }
 func (unsupported) Guarded(string) (antispoof.View, error)              { return antispoof.View{}, errUnsupported }
+func (unsupported) Unmap(string, string, leases.Key) error              { return errUnsupported }

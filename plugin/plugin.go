@@ -90,6 +90,10 @@ type dataplane interface {
 	Guard(table string, p antispoof.Port, seen *antispoof.View) error
 	Unguard(table string, ports ...string) error
 	Guarded(table string) (antispoof.View, error)
+	// Unmap has the portmap plugin remove the hostPort mappings of the
+	// attachment key of network (portmap's DEL, which finds them by the
+	// network's name and the container ID); none is success.
+	Unmap(network, cniVersion string, key leases.Key) error
 }
 
 var errNoNetns = errors.New("no such network namespace")

@@ -115,10 +115,22 @@ func renderConflist(p conflistParams) ([]byte, error) {
 	if p.VM {
 		name = "vmlane-vm"
 	}
+	// hostPort: the reference portmap plugin, chained after vmlane (the
+	// DaemonSet installs it beside vmlane), DNATs each of the pod's
+	// hostPorts to the pod's address, which for a VM pod is its guest's;
+	// snat makes a pod reach its own hostPort, and the node reach one
+	// bound to 127.0.0.1. portmap has no GC of its own: vmlane's GC has it
+	// remove the mappings of the attachments it releases (portMap).
+	plugin["portMap"] = true
+	portmap := map[string]any{
+		"type":         "portmap",
+		"snat":         true,
+		"capabilities": map[string]bool{"portMappings": true},
+	}
 	list := map[string]any{
 		"cniVersion": p.CNIVersion,
 		"name":       name,
-		"plugins":    []any{plugin},
+		"plugins":    []any{plugin, portmap},
 	}
 	if p.CNIVersion == "" {
 		list["cniVersion"] = compatVersion

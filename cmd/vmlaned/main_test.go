@@ -125,8 +125,11 @@ func TestConflistGolden(t *testing.T) {
 		}
 		// The plugin must accept what the daemon writes.
 		var list struct{ Plugins []json.RawMessage }
-		if err := json.Unmarshal(got, &list); err != nil || len(list.Plugins) != 1 {
-			t.Fatalf("conflist: %v", err)
+		if err := json.Unmarshal(got, &list); err != nil || len(list.Plugins) != 2 {
+			t.Fatalf("conflist: %v, %d plugins, want vmlane and portmap", err, len(list.Plugins))
+		}
+		if !strings.Contains(string(list.Plugins[1]), `"type": "portmap"`) {
+			t.Errorf("second plugin %s, want portmap", list.Plugins[1])
 		}
 		conf := strings.Replace(string(list.Plugins[0]), "{", `{"cniVersion":"1.1.0","name":"vmlane",`, 1)
 		c, err := plugin.ParseConfig([]byte(conf), nil)

@@ -12,12 +12,12 @@ import (
 	"github.com/vmlane/vmlane/internal/testing/testvm"
 )
 
-// whoamiScript makes a busybox container serve /cgi-bin/whoami on port 80,
+// WhoamiScript makes a busybox container serve /cgi-bin/whoami on port 80,
 // as the test guests do: the body is the client's address as the server
 // saw it, the suite's proof of what NAT did or did not do.
 // /cgi-bin/whoserves answers the same and, after a space, the serving
 // pod's name: which backend a Service picked.
-const whoamiScript = `mkdir -p /www/cgi-bin
+const WhoamiScript = `mkdir -p /www/cgi-bin
 cat >/www/cgi-bin/whoami <<'END'
 #!/bin/sh
 a=${REMOTE_ADDR#[}
@@ -67,7 +67,7 @@ spec:
         - name: web
           image: vmlane.test/busybox:e2e
           imagePullPolicy: Never
-          command: ["/bin/sh", "-c", ` + fmt.Sprintf("%q", whoamiScript) + `]
+          command: ["/bin/sh", "-c", ` + fmt.Sprintf("%q", WhoamiScript) + `]
           ports: [{containerPort: 80}]
           readinessProbe:
             tcpSocket: {port: 80}
@@ -114,6 +114,9 @@ type VMGuest struct {
 	// Label, when set, is one more label of the pod (KEY: VALUE), for a
 	// Service that selects it alone.
 	Label string
+	// HostPort, when set, maps that port of the node to the guest's
+	// HTTP server (the pod's containerPort 80).
+	HostPort int
 }
 
 // GuestReport is what VM pod name's guest has reported so far in its log.
@@ -183,6 +186,10 @@ exec ` + strings.Join(q, " ")
 	if g.Label != "" {
 		labels += ", " + g.Label
 	}
+	ports := ""
+	if g.HostPort != 0 {
+		ports = fmt.Sprintf("\n      ports: [{containerPort: 80, hostPort: %d}]", g.HostPort)
+	}
 	c.Apply(tb, fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
@@ -201,7 +208,7 @@ spec:
       command: ["/bin/sh", "-c", %q]
       env:
         - name: POD_IP
-          valueFrom: {fieldRef: {fieldPath: status.podIP}}
+          valueFrom: {fieldRef: {fieldPath: status.podIP}}%s
       securityContext: {privileged: true}
       volumeMounts:
         - {name: usr, mountPath: /usr, readOnly: true}
@@ -209,7 +216,7 @@ spec:
   volumes:
     - {name: usr, hostPath: {path: /usr}}
     - {name: guest, hostPath: {path: %s}}%s
-`, name, labels, meta, class, node, script, guestDir, mounts, guestDir, volumes))
+`, name, labels, meta, class, node, script, ports, guestDir, mounts, guestDir, volumes))
 	var pod KubePod
 	WaitFor(tb, 3*time.Minute, "VM pod "+name+" running with an IP", func() (bool, string) {
 		ok, why := c.PodsReady("default", "app=vm", len(c.Pods(tb, "default", "app=vm")))

@@ -9,7 +9,9 @@
 #                          what the Dockerfile builds: a Debian 12 root
 #                          with manifests/image/packages, the entrypoint
 #                          manifests/image/entrypoint.sh and the static
-#                          vmlane, vmlaned and vmlanectl from BIN_DIR
+#                          vmlane, vmlaned, vmlanectl and portmap (the
+#                          reference plugin, which `make build` installs)
+#                          from BIN_DIR
 #   CACHE_DIR/pause.tar    registry.k8s.io/pause:3.10, the sandbox image
 #                          (internal/tools/imagebuild/pause)
 #   CACHE_DIR/busybox.tar  vmlane.test/busybox:e2e, Debian's busybox-static
@@ -71,7 +73,7 @@ die() {
 # sha prints a short hash of stdin and then of its files' contents.
 sha() { cat - "$@" | sha256sum | cut -c1-16; }
 
-binaries=(vmlane vmlaned vmlanectl)
+binaries=(vmlane vmlaned vmlanectl portmap)
 for b in "${binaries[@]}"; do
 	[[ -f $bin/$b ]] || die "$bin/$b is missing: run make build"
 done
