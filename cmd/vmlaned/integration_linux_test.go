@@ -394,3 +394,47 @@ func TestRoutesOnlyAgainstAPIServer(t *testing.T) {
 		}
 	}
 }
+
+// TestRoutesOnlyOnAHostThatIsNoNode: vmlaned --routes-only without a node
+// name, as a control plane that is not a node runs it, routes every node's
+// pod subnets via its address (not only VM nodes'), follows a node that
+// comes later, and writes no Event (it has no Node of its own).
+func TestRoutesOnlyOnAHostThatIsNoNode(t *testing.T) {
+	c := newCluster(t)
+	h := c.host("cp", "10.99.0.20/24")
+	c.node("a", "10.244.1.0/24", "10.99.0.11")
+	c.node("b", "10.244.2.0/24", "10.99.0.12")
+	cmd := h.Command(filepath.Join(c.bin, "vmlaned"), "--routes-only", "--kubeconfig", c.cp.Kubeconfig, "--node-name", "",
+		"--resync-period", "2s",
+		"--health-addr", "127.0.0.1:19465", "--metrics-addr", "127.0.0.1:19464")
+	cmd.Env = append(os.Environ(), "NODE_NAME=")
+	d := &daemon{cmd: cmd, logs: &syncBuffer{}}
+	cmd.Stderr = d.logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		d.cmd.Process.Kill()
+		d.cmd.Wait()
+		if t.Failed() {
+			t.Logf("vmlaned log:\n%s", d.logs.String())
+		}
+	})
+	eventually(t, "node a's pod subnet routed", hasRoute(t, h, "10.244.1.0/24 via 10.99.0.11"))
+	eventually(t, "node b's pod subnet routed", hasRoute(t, h, "10.244.2.0/24 via 10.99.0.12"))
+	c.node("c", "10.244.3.0/24", "10.99.0.13")
+	eventually(t, "a node that came later routed", hasRoute(t, h, "10.244.3.0/24 via 10.99.0.13"))
+	if !strings.Contains(d.logs.String(), "a host that is not a node") {
+		t.Errorf("vmlaned did not say it runs on a host that is not a node:\n%s", d.logs.String())
+	}
+	evs, err := c.client.CoreV1().Events("").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs.Items {
+		if e.Source.Component == "vmlaned" {
+			t.Errorf("an Event from a host that is not a node: %s %s on %s/%s", e.Reason, e.Message, e.InvolvedObject.Kind, e.InvolvedObject.Name)
+		}
+	}
+}

@@ -201,7 +201,7 @@ func routeOptions(c *config) routes.Options {
 		Masquerade:       c.Masquerade,
 		Protocol:         c.RouteProtocol,
 		Resync:           c.Resync,
-		VMNodesOnly:      c.RoutesOnly,
+		VMNodesOnly:      c.RoutesOnly && c.NodeName != "",
 		Services:         c.ServiceCIDRs,
 		RouteServices:    c.RouteServices,
 		CrossSubnet:      c.CrossSubnet,

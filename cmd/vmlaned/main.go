@@ -131,7 +131,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs := flag.NewFlagSet("vmlaned", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var podCIDR, clusterCIDR, serviceCIDR, dns, search, logLevel, cniVersion string
-	fs.BoolVar(&c.RoutesOnly, "routes-only", false, "routes-only mode, for the nodes of another CNI in a hybrid cluster: route the pod subnets of the VM nodes (labelled "+routes.VMNodeLabel+"=true) and nothing else (no bridge, conflist, DHCP or lease file)")
+	fs.BoolVar(&c.RoutesOnly, "routes-only", false, "routes-only mode, for the nodes of another CNI in a hybrid cluster: route the pod subnets of the VM nodes (labelled "+routes.VMNodeLabel+"=true) and nothing else (no bridge, conflist, DHCP or lease file); without --node-name, for a host that is not a node (a control plane whose API server must reach pods): route every node's pod subnets")
 	fs.StringVar(&serviceCIDR, "service-cidr", "", "the cluster's Service CIDRs, comma-separated (kube-apiserver --service-cluster-ip-range): a node with --route-services routes them via a Service gateway, any other Linux node masquerades other nodes' traffic to them as a gateway")
 	fs.BoolVar(&c.RouteServices, "route-services", runtime.GOOS == "darwin", "this node runs no kube-proxy: route --service-cidr via a Service gateway, a Ready Linux node that is not a VM node (default true on macOS)")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses the in-cluster config")
@@ -234,8 +234,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 			return nil, fmt.Errorf("invalid --pod-cidr %q: %w", podCIDR, err)
 		}
 		c.PodCIDR, c.PodCIDR6 = v4, v6
-	} else if c.NodeName == "" {
-		return nil, errors.New("--node-name (or $NODE_NAME) is required unless --pod-cidr runs vmlaned standalone")
+	} else if c.NodeName == "" && !c.RoutesOnly {
+		return nil, errors.New("--node-name (or $NODE_NAME) is required unless --pod-cidr runs vmlaned standalone, or --routes-only runs it on a host that is not a node")
 	}
 	for _, s := range splitList(serviceCIDR) {
 		p, err := netip.ParsePrefix(s)
@@ -268,6 +268,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	}
 	if c.CrossSubnet != routes.CrossSubnetOff && c.PodCIDR.IsValid() {
 		return nil, fmt.Errorf("--cross-subnet %s needs a cluster: a standalone node (--pod-cidr) has no other nodes to reach", c.CrossSubnet)
+	}
+	if c.RoutesOnly && c.NodeName == "" && c.CrossSubnet == routes.CrossSubnetVXLAN {
+		return nil, errors.New("--cross-subnet vxlan needs --node-name: the tunnel's underlay address is the node's, and a host that is not a node has none in the API; route it directly (off) or through the fabric")
 	}
 	if c.CrossSubnet == routes.CrossSubnetBGP && c.RoutesOnly {
 		return nil, errors.New("--cross-subnet bgp announces this node's pod subnets, which in --routes-only mode are the other CNI's to announce; use vxlan or off")

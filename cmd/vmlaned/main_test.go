@@ -40,7 +40,8 @@ func TestParseFlagsErrorsNameFlagAndValue(t *testing.T) {
 		{[]string{"--node-name", "a", "--service-cidr", "10.96.0.1/12"}, `invalid --service-cidr "10.96.0.1/12": "10.96.0.1/12" is not a network CIDR`},
 		{[]string{"--node-name", "a", "--service-cidr", "10.96.0.0/12,10.112.0.0/12"}, `invalid --service-cidr "10.96.0.0/12,10.112.0.0/12": two CIDRs of one family`},
 		{[]string{"--node-name", "a", "--route-services"}, "--route-services needs --service-cidr"},
-		{[]string{"--routes-only"}, "--node-name (or $NODE_NAME) is required"},
+		{[]string{"--dhcp-range", "10.0.0.2-10.0.0.9"}, "--node-name (or $NODE_NAME) is required"},
+		{[]string{"--routes-only", "--cross-subnet", "vxlan"}, "--cross-subnet vxlan needs --node-name"},
 		{[]string{"--node-name", "a", "--cross-subnet", "gre"}, `invalid --cross-subnet "gre": want off, bgp, vxlan`},
 		{[]string{"--pod-cidr", "10.0.0.0/24", "--cross-subnet", "vxlan"}, "--cross-subnet vxlan needs a cluster"},
 		{[]string{"--node-name", "a", "--cross-subnet", "vxlan", "--vxlan-vni", "16777216"}, "invalid --vxlan-vni 16777216: want 1-16777215"},
@@ -91,6 +92,14 @@ func TestParseFlagsRoutesOnly(t *testing.T) {
 	}
 	if routeOptions(c).VMNodesOnly != true {
 		t.Error("routes-only config does not make a VM-nodes-only route controller")
+	}
+	// A host that is not a node (a control plane): every node's subnets.
+	cp, err := parseFlags([]string{"--routes-only", "--node-name", ""}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := routeOptions(cp); o.VMNodesOnly || o.NodeName != "" {
+		t.Errorf("routes-only without a node name: options %+v, want every node routed", o)
 	}
 	full, err := parseFlags([]string{"--node-name", "n1", "--service-cidr", "10.96.0.0/12,fd00:96::/108", "--route-services"}, &bytes.Buffer{})
 	if err != nil {

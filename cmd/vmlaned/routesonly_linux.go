@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"strings"
 
+	"k8s.io/client-go/tools/record"
+
 	"github.com/vmlane/vmlane/routes"
 )
 
@@ -19,6 +21,12 @@ import (
 // leaves the node's NetworkUnavailable condition to the node's CNI. Routes
 // carry vmlane's protocol and iptables rules sit in vmlane's own chains, so
 // nothing of the other CNI's is changed.
+//
+// Without a node name it runs on a host that is not a node: a control
+// plane (kube-apiserver, which proxies to pods and calls webhooks and
+// aggregated APIs served by pods) that kubeadm did not make a node, or a
+// managed one's bastion. There it routes every node's pod subnets, whatever
+// the node's CNI: a node forwards what arrives for its own pod subnet.
 func runRoutesOnly(ctx context.Context, c *config, log *slog.Logger) error {
 	if len(c.Ignored) > 0 {
 		log.Warn("routes-only mode ignores these flags, which only full mode uses", "flags", strings.Join(c.Ignored, " "))
@@ -31,8 +39,14 @@ func runRoutesOnly(ctx context.Context, c *config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	recorder, stopEvents := eventRecorder(ctx, client, c.NodeName)
-	defer stopEvents()
+	// Events go on the node's own Node; a host that is not a node has
+	// none, and its log says all of it.
+	var recorder record.EventRecorder = &record.FakeRecorder{}
+	if c.NodeName != "" {
+		rec, stopEvents := eventRecorder(ctx, client, c.NodeName)
+		defer stopEvents()
+		recorder = rec
+	}
 	// iptables only for the Service gateway's masquerade, and only for
 	// the families it has a Service CIDR of.
 	var ipt4, ipt6 routes.IPTables
@@ -71,6 +85,10 @@ func runRoutesOnly(ctx context.Context, c *config, log *slog.Logger) error {
 			h.ready.Store(true)
 		}
 	}()
-	log.Info("routes-only mode: routing the pod subnets of VM nodes", "node", c.NodeName, "label", routes.VMNodeLabel+"=true", "serviceGateway", c.ServiceCIDRs)
+	if c.NodeName == "" {
+		log.Info("routes-only mode on a host that is not a node: routing every node's pod subnets", "serviceGateway", c.ServiceCIDRs)
+	} else {
+		log.Info("routes-only mode: routing the pod subnets of VM nodes", "node", c.NodeName, "label", routes.VMNodeLabel+"=true", "serviceGateway", c.ServiceCIDRs)
+	}
 	return ctrl.Run(ctx)
 }

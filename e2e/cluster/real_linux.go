@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -39,6 +42,9 @@ func NewReal(tb testing.TB, o Options) *Cluster {
 		cp.ClusterCIDR6 = c.Opts.ClusterCIDR6
 	}
 	c.startControlPlane(tb, cp)
+	if o.BinDir != "" {
+		c.startControlPlaneRoutes(tb)
+	}
 	if !o.DeferOverlay {
 		c.ApplyOverlay(tb)
 	}
@@ -256,4 +262,37 @@ func (c *Cluster) WhoAmIFrom(p KubePod, target string) (string, error) {
 // an IPv6 address).
 func (c *Cluster) DualStack() bool {
 	return len(c.Opts.RealNodes) > 0 && c.Opts.RealNodes[0].IP6.IsValid()
+}
+
+// startControlPlaneRoutes runs vmlaned --routes-only on the control plane's
+// host, which is not a node (as a user's often is not: kubeadm's
+// control-plane nodes are, a managed control plane is not), so that the API
+// server reaches pods: its proxy to a pod, webhooks and aggregated APIs
+// that pods serve. It routes every node's pod subnets, from
+// Options.BinDir's vmlaned with the admin kubeconfig, until the test ends.
+func (c *Cluster) startControlPlaneRoutes(tb testing.TB) {
+	tb.Helper()
+	c.step("vmlaned --routes-only on the control plane's host (no node): every node's pod subnets")
+	logPath := filepath.Join(c.dir, "cp-vmlaned.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cmd := exec.Command("ip", "netns", "exec", c.CP.NetNS, filepath.Join(c.Opts.BinDir, "vmlaned"),
+		"--routes-only", "--node-name", "", "--kubeconfig", c.CP.Kubeconfig,
+		"--health-addr", "127.0.0.1:19465", "--metrics-addr", "127.0.0.1:19464")
+	cmd.Env = append(os.Environ(), "NODE_NAME=")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		logf.Close()
+		if tb.Failed() {
+			tb.Logf("the control plane's vmlaned log (%s):\n%s", logPath, controlplane.Tail(logPath, 40))
+		}
+	})
 }

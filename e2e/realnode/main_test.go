@@ -40,6 +40,7 @@ func setup(r *cluster.Runner) {
 		Overlay:   overlay,
 		Images:    []string{filepath.Join(images, "vmlane.tar"), filepath.Join(images, "pause.tar"), filepath.Join(images, "busybox.tar")},
 		CNIBinDir: r.Env("VMLANE_CNI_PLUGINS_DIR"),
+		BinDir:    r.Env("VMLANE_BIN_DIR"),
 		Log:       os.Stderr,
 		RealNodes: []cluster.RealNodeSpec{
 			// Dual-stack: the controller manager gives each node an
