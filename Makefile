@@ -23,7 +23,7 @@ ACTIONLINT_VERSION = v1.7.12
 CNI_PLUGINS_VERSION = $(shell $(GO) list -m -f '{{.Version}}' github.com/containernetworking/plugins)
 CNI_PLUGINS_DIR     = $(CACHE)/cni-plugins/$(CNI_PLUGINS_VERSION)
 
-.PHONY: all build test deps bench-deps lint unit e2e e2e-real e2e-hybrid e2e-cross fuzz darwin bench demo demo-hybrid demo-down guest udhcpc6 controlplane realnode flannel image cni-reference clean distclean
+.PHONY: all build test deps bench-deps lint unit e2e e2e-real e2e-hybrid e2e-cross fuzz darwin bench demo demo-hybrid demo-down guest udhcpc6 controlplane realnode flannel coredns image cni-reference clean distclean
 
 all: build
 
@@ -73,12 +73,16 @@ realnode: deps
 flannel:
 	@bash internal/testing/realnode/build-flannel.sh $(CACHE)/flannel >/dev/null
 
+## coredns: CoreDNS built from the module proxy and packed as an image, the cluster DNS of the real-node clusters and the demo, cached
+coredns:
+	@bash internal/testing/realnode/build-coredns.sh $(CACHE)/coredns >/dev/null
+
 ## image: the vmlane image, the pause and busybox test images, as tarballs in .cache/images (no Docker)
 image: deps build
 	@bash internal/tools/imagebuild/build.sh $(CACHE)/images $(BIN)
 
 ## test: everything CI runs: lint, unit + privileged tests, e2e, fuzz, darwin build
-test: deps udhcpc6 guest controlplane realnode flannel image cni-reference build lint unit e2e fuzz darwin
+test: deps udhcpc6 guest controlplane realnode flannel coredns image cni-reference build lint unit e2e fuzz darwin
 	@echo "make test: all passed"
 
 # The environment every privileged test and the demo find their inputs by.
@@ -88,12 +92,14 @@ TEST_ENV = VMLANE_PRIVILEGED=require VMLANE_BIN_DIR=$(BIN) \
 	VMLANE_CONTROLPLANE_DIR=$$(bash internal/testing/controlplane/build.sh --print-dir $(CACHE)/controlplane) \
 	VMLANE_REALNODE_DIR=$$(bash internal/testing/realnode/build.sh --print-dir $(CACHE)/realnode) \
 	VMLANE_FLANNEL_DIR=$$(bash internal/testing/realnode/build-flannel.sh --print-dir $(CACHE)/flannel) \
+	VMLANE_COREDNS_DIR=$$(bash internal/testing/realnode/build-coredns.sh --print-dir $(CACHE)/coredns) \
 	VMLANE_IMAGE_DIR=$(CACHE)/images VMLANE_CNI_PLUGINS_DIR=$(CNI_PLUGINS_DIR)
 
 ## demo: a three-node cluster of real nodes, vmlane's DaemonSet, VM and plain pods made with kubectl, its account printed, torn down (KEEP=1 leaves it up)
-demo: deps guest controlplane realnode image cni-reference build
+demo: deps guest controlplane realnode coredns image cni-reference build
 	@$(GO) build -o $(BIN)/vmlane-demo ./e2e/demo
-	@$(TEST_ENV) $(BIN)/vmlane-demo -bin $(BIN) -overlay e2e/overlay -images $(CACHE)/images -cni-bin $(CNI_PLUGINS_DIR) -state $(CACHE)/demo $(if $(KEEP),-keep)
+	@$(TEST_ENV) $(BIN)/vmlane-demo -bin $(BIN) -overlay e2e/overlay -images $(CACHE)/images -cni-bin $(CNI_PLUGINS_DIR) -state $(CACHE)/demo \
+		-coredns $$(bash internal/testing/realnode/build-coredns.sh --print-dir $(CACHE)/coredns) $(if $(KEEP),-keep)
 
 ## demo-hybrid: the hybrid cluster (flannel on two nodes with vmlane's routes-only DaemonSet, two VM nodes, one without kube-proxy), its routes and ping matrix, torn down (KEEP=1 leaves it up)
 demo-hybrid: deps guest controlplane realnode flannel image cni-reference build
@@ -108,7 +114,7 @@ demo-down:
 	rm -f $(CACHE)/demo/demo.pid; echo "demo torn down"
 
 ## e2e: the multi-node end-to-end suites (namespaces; real nodes; hybrid), with their total time
-e2e: deps guest controlplane realnode flannel image cni-reference build
+e2e: deps guest controlplane realnode flannel coredns image cni-reference build
 	@start=$$(date +%s); \
 	$(TEST_ENV) $(GO) test -tags e2e -count=1 -timeout 20m -v ./e2e/ 2>&1 | tee /tmp/vmlane-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|e2e:|    )' ; \
 	rc=$${PIPESTATUS[0]}; echo "e2e: $$(( $$(date +%s) - start ))s in all (log: /tmp/vmlane-e2e.log)"; [ $$rc = 0 ] || exit $$rc; \
@@ -129,7 +135,7 @@ e2e-hybrid: deps guest controlplane realnode flannel image cni-reference build
 	rc=$${PIPESTATUS[0]}; echo "e2e-hybrid: $$(( $$(date +%s) - start ))s in all (log: /tmp/vmlane-e2e-hybrid.log)"; exit $$rc
 
 ## e2e-real: the real-node suite alone (containerd, kubelet, the DaemonSet, pods made with kubectl); RUN=REGEXP runs only the tests it matches
-e2e-real: deps guest controlplane realnode image cni-reference build
+e2e-real: deps guest controlplane realnode coredns image cni-reference build
 	@# The images the nodes import, checked whole (the unit run, under
 	@# -race, reads only the small ones).
 	VMLANE_IMAGE_DIR=$(CACHE)/images $(GO) test -count=1 -run '^TestBuiltImages$$' ./internal/tools/imagebuild

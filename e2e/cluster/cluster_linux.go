@@ -130,6 +130,10 @@ type Options struct {
 	// CNIBinDir holds the loopback CNI plugin that a node's runtime
 	// package would have installed in /opt/cni/bin.
 	CNIBinDir string
+	// CoreDNSDir, when set, holds CoreDNS's image (build-coredns.sh's
+	// output for one version): every node imports it and the cluster runs
+	// it as its DNS (ClusterDNS).
+	CoreDNSDir string
 }
 
 // newCluster checks what either kind of cluster needs (the commands, the

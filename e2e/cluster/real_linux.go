@@ -48,6 +48,10 @@ func NewReal(tb testing.TB, o Options) *Cluster {
 	if !o.DeferOverlay {
 		c.ApplyOverlay(tb)
 	}
+	if o.CoreDNSDir != "" {
+		c.Opts.Images = append(c.Opts.Images, filepath.Join(o.CoreDNSDir, "coredns.tar"))
+		c.deployCoreDNS(tb)
+	}
 	c.addOutside(tb, "the nodes' default gateway")
 	for _, s := range o.RealNodes {
 		c.AddRealNode(tb, s)

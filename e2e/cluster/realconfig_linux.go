@@ -73,7 +73,9 @@ func containerdConfig(rt Runtime) string {
 //   - no eviction, image GC or allocatable enforcement: three nodes share
 //     one small machine's disk and memory;
 //   - anonymous, always-allowed access to the kubelet API, which only
-//     the test's apiserver reaches (for kubectl logs and exec).
+//     the test's apiserver reaches (for kubectl logs and exec);
+//   - the cluster DNS (ClusterDNS), which pods get in their resolv.conf
+//     whether or not the cluster runs it (Options.CoreDNSDir).
 func kubeletConfig(ip netip.Addr, cgroupRoot string) string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -96,7 +98,9 @@ enforceNodeAllocatable: []
 localStorageCapacityIsolation: false
 maxPods: 30
 serializeImagePulls: false
-`, cgroupRoot, ip)
+clusterDNS: [%s]
+clusterDomain: %s
+`, cgroupRoot, ip, ClusterDNS, ClusterDomain)
 }
 
 // kubeProxyConfig is kube-proxy's configuration: iptables mode, the

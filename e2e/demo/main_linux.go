@@ -51,11 +51,12 @@ func main() {
 	keep := flag.Bool("keep", false, "leave the cluster running in the background")
 	hybrid := flag.Bool("hybrid", false, "the hybrid cluster: flannel beside vmlane (-overlay e2e/overlay-hybrid, -flannel)")
 	flannel := flag.String("flannel", "", "with -hybrid: the folder with flanneld (make flannel)")
+	coredns := flag.String("coredns", "", "the folder with CoreDNS's image (make coredns): the cluster's DNS")
 	flag.Parse()
 	if *hybrid && *flannel == "" {
 		fatal(errors.New("-hybrid needs -flannel: the folder `bash internal/testing/realnode/build-flannel.sh --print-dir .cache/flannel` prints"))
 	}
-	for _, p := range []*string{bin, overlay, images, cniBin, state, flannel} {
+	for _, p := range []*string{bin, overlay, images, cniBin, state, flannel, coredns} {
 		if *p == "" {
 			continue
 		}
@@ -72,6 +73,8 @@ func main() {
 		CNIBinDir: *cniBin,
 		RealNodes: cluster.DefaultRealNodes(3),
 		Log:       os.Stdout,
+		// The cluster DNS, as every user's cluster has.
+		CoreDNSDir: *coredns,
 	}
 	build := buildPlain
 	if *hybrid {
@@ -104,6 +107,9 @@ func buildPlain(r *cluster.Runner, o cluster.Options) account {
 	c := cluster.NewReal(r, o)
 	a := account{c: c}
 	c.WaitNetwork(r)
+	if o.CoreDNSDir != "" {
+		c.WaitClusterDNS(r)
+	}
 	web := c.DeployWeb(r)
 	var vms []cluster.KubePod
 	for _, n := range c.RealNodes {

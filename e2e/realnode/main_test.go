@@ -41,7 +41,9 @@ func setup(r *cluster.Runner) {
 		Images:    []string{filepath.Join(images, "vmlane.tar"), filepath.Join(images, "pause.tar"), filepath.Join(images, "busybox.tar")},
 		CNIBinDir: r.Env("VMLANE_CNI_PLUGINS_DIR"),
 		BinDir:    r.Env("VMLANE_BIN_DIR"),
-		Log:       os.Stderr,
+		// The cluster DNS, as every user's cluster has.
+		CoreDNSDir: r.Env("VMLANE_COREDNS_DIR"),
+		Log:        os.Stderr,
 		RealNodes: []cluster.RealNodeSpec{
 			// Dual-stack: the controller manager gives each node an
 			// IPv4 and an IPv6 podCIDR.
@@ -51,6 +53,7 @@ func setup(r *cluster.Runner) {
 		},
 	})
 	c.WaitNetwork(r)
+	c.WaitClusterDNS(r)
 	web = c.DeployWeb(r)
 	// vm-b first: vm-a pings it as soon as it has its own address.
 	vms["vm-b"] = c.StartVMPod(r, "vm-b", "node-b", cluster.VMGuest{})
