@@ -152,7 +152,9 @@ fi
 # Kubernetes, with a kubeconfig, routing Services to a gateway.
 if [ -n "${NO_KUBE_PROXY:-}" ] && [ -n "${VMLANE_BIN:-}" ]; then
 	mkdir -p /var/lib/vmlane "$VMLANE_VM_CONF_DIR"
-	cp "$VMLANE_BIN/vmlane" /opt/cni/bin/vmlane
+	# As docs/install.md has a host that runs vmlaned itself install
+	# them: the plugin, and portmap, which vmlaned's conflists chain.
+	cp "$VMLANE_BIN/vmlane" "$VMLANE_BIN/portmap" /opt/cni/bin/
 	"$VMLANE_BIN/vmlaned" --kubeconfig=/var/lib/kubelet/kubeconfig --node-name="$NODE_NAME" \
 		--cni-conf-dir=/etc/cni/net.d --vm-cni-conf-dir="$VMLANE_VM_CONF_DIR" --lease-file=/var/lib/vmlane/leases.json \
 		--route-services --service-cidr="$SERVICE_CIDR" --resync-period=5s >"$NODE_DIR/vmlaned.log" 2>&1 &
