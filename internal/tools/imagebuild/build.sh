@@ -92,7 +92,7 @@ tool_src=()
 for f in "$here"/*.go; do
 	[[ $f == *_test.go ]] || tool_src+=("$f")
 done
-tool=$(echo | sha "${tool_src[@]}" "$repo/go.mod" "$repo/go.sum" "$here/build.sh")
+tool=$(echo | sha "${tool_src[@]}" "$repo/go.mod" "$repo/go.sum" "$here/build.sh" "$here/debianroot.sh")
 goversion=$(go env GOVERSION 2>/dev/null || echo none)
 vmlane_key=$(echo "$tool $rootkey $tag" |
 	sha "${binaries[@]/#/$bin/}" "$repo/manifests/image/entrypoint.sh")
@@ -135,131 +135,24 @@ command -v go >/dev/null || die "go is not on PATH"
 rm -f "$cache/.stamp"
 start=$SECONDS
 
-# unmount_under DIR unmounts whatever is mounted at or below DIR in this
-# mount namespace, deepest first, so that rm -rf never walks into a
-# mounted /proc, /sys or /dev.
-unmount_under() {
-	local m
-	awk -v d="$1" '$5 == d || index($5, d "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r |
-		while read -r m; do
-			umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || log "warning: cannot unmount $m"
-		done
-}
-
-# remove DIR... removes folders of this script's, on this file system only.
-remove() {
-	local d
-	for d in "$@"; do
-		[[ -e $d ]] || continue
-		unmount_under "$d"
-		rm -rf --one-file-system "$d"
-	done
-}
+# unmount_under, remove, debian_root.
+. "$here/debianroot.sh"
 
 # Whatever a killed run left (under the lock, so none is in use).
 remove "$cache"/stage-* "$cache"/rootfs-*.tmp "$cache"/bin/*.tmp
 
-# apt_mirror prints the Debian mirror apt on this machine uses for $suite:
-# the first URI of a deb822 stanza (sources.list.d/*.sources) or a
-# one-line entry (sources.list, *.list) that names the suite itself, else
-# the first one whose path ends in /debian.
-apt_mirror() {
-	local srcs=(/etc/apt/sources.list.d/*.sources) lists=(/etc/apt/sources.list /etc/apt/sources.list.d/*.list)
-	local found=() f
-	for f in "${lists[@]}"; do [[ -r $f ]] && found+=("$f"); done
-	lists=("${found[@]}")
-	{
-		[[ ${#srcs[@]} -eq 0 ]] || awk -v suite="$suite" '
-			function flush() {
-				if (uri != "" && deb && on) print (has ? "1 " : "2 ") uri
-				uri = ""; deb = 0; has = 0; on = 1
-			}
-			BEGIN { on = 1 }
-			FNR == 1 { flush() }
-			/^[[:space:]]*$/ { flush(); next }
-			/^[[:space:]]*#/ { next }
-			tolower($1) == "types:" { for (i = 2; i <= NF; i++) if ($i == "deb") deb = 1 }
-			tolower($1) == "uris:" { uri = $2 }
-			tolower($1) == "suites:" { for (i = 2; i <= NF; i++) if ($i == suite) has = 1 }
-			tolower($1) == "enabled:" && tolower($2) == "no" { on = 0 }
-			END { flush() }' "${srcs[@]}"
-		[[ ${#lists[@]} -eq 0 ]] || awk -v suite="$suite" '
-			$1 == "deb" {
-				i = 2
-				if ($i ~ /^\[/) { while (i <= NF && $i !~ /\]$/) i++; i++ }
-				print ($(i + 1) == suite ? "1 " : "2 ") $i
-			}' "${lists[@]}"
-	} | awk '$1 == 1 || $2 ~ /\/debian\/?$/' | grep -E '^[12] (https?|file)://' | sort -s -k1,1 | head -n1 | cut -d' ' -f2
-}
-
-# ensure_debootstrap installs debootstrap when it is missing.
-ensure_debootstrap() {
-	command -v debootstrap >/dev/null && return 0
-	log "installing debootstrap"
-	local out
-	export DEBIAN_FRONTEND=noninteractive
-	out=$(apt-get update -qq 2>&1 && apt-get install -y -qq --no-install-recommends debootstrap 2>&1) ||
-		die "installing debootstrap failed: $out"
-}
-
 # --- the Debian root ---------------------------------------------------------
 if [[ ! -f $root/.stamp ]]; then
-	ensure_debootstrap
-	mirror=${VMLANE_DEBIAN_MIRROR:-$(apt_mirror)}
-	mirror=${mirror:-http://deb.debian.org/debian}
-	log "debootstrap $suite (minbase + ${pkgs[*]}) from $mirror, about a minute"
-	remove "$root"
-	t0=$SECONDS
-	# debootstrap mounts /proc and /sys in its target while it works. It
-	# runs in a mount namespace of its own, so those mounts end with it
-	# even when it is killed; the trap is for the rest.
-	trap 'unmount_under "$root.tmp"' EXIT
-	trap 'exit 130' INT TERM
-	if ! unshare --mount --propagation private \
-		debootstrap --variant=minbase --include="$(IFS=, && echo "${pkgs[*]}")" \
-		"$suite" "$root.tmp" "$mirror" >"$cache/debootstrap.log" 2>&1; then
-		tail -n 20 "$cache/debootstrap.log" >&2
-		die "debootstrap failed (log: $cache/debootstrap.log)"
-	fi
-	unmount_under "$root.tmp"
-	trap - EXIT INT TERM
-	r=$root.tmp
-	[[ -x $r/usr/sbin/iptables-nft && -x $r/usr/bin/update-alternatives ]] ||
-		die "the root has no iptables-nft or update-alternatives (log: $cache/debootstrap.log)"
-	# As the Dockerfile's apt-get: no package lists or caches in the image.
-	# Nor ldconfig's aux-cache, which records inodes and times, the one
-	# file in which two roots made from the same packages differ.
-	rm -rf "$r"/var/lib/apt/lists/* "$r"/var/cache/apt/*.bin "$r"/var/cache/apt/archives/*.deb \
-		"$r"/var/cache/debconf/*-old "$r"/var/lib/dpkg/*-old "$r"/var/log/* "$r"/var/cache/ldconfig/aux-cache
-	# And as its base, debian:12-slim (debuerreotype's slimify): no
-	# documentation but the copyright files, no manual pages or
-	# translations, and dpkg told to leave them out of later installs.
-	# Half the root's size.
-	cat >"$r/etc/dpkg/dpkg.cfg.d/vmlane-slim" <<-'EOF'
-		# Written by vmlane's internal/tools/imagebuild/build.sh, as debian:12-slim.
-		path-exclude /usr/share/doc/*
-		path-include /usr/share/doc/*/copyright
-		path-exclude /usr/share/groff/*
-		path-exclude /usr/share/info/*
-		path-exclude /usr/share/linda/*
-		path-exclude /usr/share/lintian/overrides/*
-		path-exclude /usr/share/locale/*
-		path-include /usr/share/locale/locale.alias
-		path-exclude /usr/share/man/*
-	EOF
-	find "$r/usr/share/doc" -mindepth 1 ! -type d ! -name copyright -delete
-	find "$r/usr/share/doc" -mindepth 1 -depth -type d -empty -delete
-	find "$r/usr/share/locale" -mindepth 1 -maxdepth 1 ! -name locale.alias -exec rm -rf {} +
-	rm -rf "$r"/usr/share/{groff,info,linda,man}/* "$r"/usr/share/lintian/overrides/*
-	echo "$suite ${pkgs[*]} recipe=$recipe" >"$r/.stamp"
-	mv "$r" "$root"
-	log "root built in $((SECONDS - t0))s: $(du -sh "$root" | cut -f1)"
+	debian_root "$root" "$suite" "$suite ${pkgs[*]} recipe=$recipe" "${pkgs[@]}"
+	[[ -x $root/usr/sbin/iptables-nft && -x $root/usr/bin/update-alternatives ]] || {
+		remove "$root"
+		die "the root has no iptables-nft or update-alternatives (log: $root.debootstrap.log)"
+	}
 	# Older roots are of another package list or recipe.
 	for old in "$cache"/rootfs-*; do
-		[[ $old == "$root" ]] || remove "$old"
+		[[ $old == "$root" || $old == "$root".* ]] || remove "$old"
 	done
 fi
-
 # --- the tools ---------------------------------------------------------------
 mkdir -p "$cache/bin"
 imagebuild=$cache/bin/imagebuild

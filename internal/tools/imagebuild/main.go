@@ -4,7 +4,7 @@
 // vmlane's image and the e2e suite's pause and test images with it
 // (internal/tools/imagebuild/build.sh).
 //
-//	imagebuild pack -dir ROOT -tag REF -o OUT.tar -entrypoint /bin/sh [-cmd vmlaned] [-env K=V]
+//	imagebuild pack -dir ROOT -tag REF [-tag REF]... -o OUT.tar -entrypoint /bin/sh [-cmd vmlaned] [-env K=V]
 //	imagebuild pause -bin PAUSE -o OUT.tar [-tag registry.k8s.io/pause:3.10]
 //
 // pack packs ROOT as the image's whole file system; pause makes the image
@@ -32,7 +32,7 @@ func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 const usage = `usage:
-  imagebuild pack -dir ROOT -tag REF -o OUT.tar -entrypoint PROG [-entrypoint ARG]... [-cmd ARG]... [-env K=V]...
+  imagebuild pack -dir ROOT -tag REF [-tag REF]... -o OUT.tar -entrypoint PROG [-entrypoint ARG]... [-cmd ARG]... [-env K=V]...
   imagebuild pause -bin PAUSE -o OUT.tar [-tag REF]`
 
 func main() {
@@ -60,9 +60,9 @@ func runPack(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("imagebuild pack", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o packOptions
-	var entry, cmd, env stringList
+	var entry, cmd, env, tags stringList
 	fs.StringVar(&o.Dir, "dir", "", "the image's root folder")
-	fs.StringVar(&o.Tag, "tag", "", "the image reference, like ghcr.io/vmlane/vmlane:dev")
+	fs.Var(&tags, "tag", "the image reference, like ghcr.io/vmlane/vmlane:dev (repeatable: one image under several names)")
 	fs.StringVar(&o.Out, "o", "", "the tarball to write")
 	fs.Var(&entry, "entrypoint", "the entrypoint, one flag per argument")
 	fs.Var(&cmd, "cmd", "the default arguments, one flag per argument")
@@ -71,6 +71,9 @@ func runPack(args []string, stderr io.Writer) error {
 		return err
 	}
 	o.Entrypoint, o.Cmd, o.Env = entry, cmd, env
+	if len(tags) > 0 {
+		o.Tag, o.MoreTags = tags[0], tags[1:]
+	}
 	switch {
 	case o.Dir == "":
 		return errors.New("-dir is required")

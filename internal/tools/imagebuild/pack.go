@@ -20,7 +20,10 @@ import (
 
 // packOptions say what to pack and how the image runs.
 type packOptions struct {
-	Dir, Tag, Out   string
+	Dir, Tag, Out string
+	// MoreTags are more references to the same image (the e2e test
+	// images one root serves under several names).
+	MoreTags        []string
 	Entrypoint, Cmd []string
 	Env             []string
 }
@@ -71,8 +74,16 @@ func pack(o packOptions) error {
 	if err != nil {
 		return err
 	}
+	refs := map[name.Reference]v1.Image{tag: img}
+	for _, t := range o.MoreTags {
+		more, err := name.NewTag(t)
+		if err != nil {
+			return fmt.Errorf("invalid -tag %q: %w", t, err)
+		}
+		refs[more] = img
+	}
 	tmp := o.Out + ".tmp"
-	if err := tarball.WriteToFile(tmp, tag, img); err != nil {
+	if err := tarball.MultiRefWriteToFile(tmp, refs); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("writing %s: %w", o.Out, err)
 	}

@@ -171,6 +171,29 @@ func TestPack(t *testing.T) {
 	}
 }
 
+// One -tag or several: each names the same image in the tarball, as the
+// conformance images (agnhost under two versions) need.
+func TestPackTags(t *testing.T) {
+	dir := t.TempDir()
+	tree(t, dir, []string{"agnhost:0755"})
+	out := filepath.Join(t.TempDir(), "img.tar")
+	tags := []string{"registry.k8s.io/e2e-test-images/agnhost:2.55", "registry.k8s.io/e2e-test-images/agnhost:2.66.1"}
+	if err := run([]string{"pack", "-dir", dir, "-tag", tags[0], "-tag", tags[1], "-entrypoint", "/agnhost", "-cmd", "pause", "-o", out}, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	cf, _, first := readBack(t, out, tags[0])
+	if _, _, second := readBack(t, out, tags[1]); second != first {
+		t.Errorf("%s is %s, %s is %s: want one image", tags[0], first, tags[1], second)
+	}
+	if diff := cmp.Diff([]string{"pause"}, cf.Config.Cmd); diff != "" {
+		t.Errorf("cmd (-want +got):\n%s", diff)
+	}
+	if err := run([]string{"pack", "-dir", dir, "-tag", tags[0], "-tag", "Not A Reference", "-entrypoint", "/agnhost", "-o", out}, io.Discard); err == nil ||
+		!strings.Contains(err.Error(), `"Not A Reference"`) {
+		t.Errorf("a bad second -tag: %v, want an error naming it", err)
+	}
+}
+
 func TestPause(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "some-build-output")
