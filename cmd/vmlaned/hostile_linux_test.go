@@ -254,6 +254,64 @@ func (n *hostileNode) attacks(t *testing.T) []attackResult {
 	return out
 }
 
+// hairpinLeaks reports what of other ports' unicast the attacker's port
+// received. Every port has hairpin on, which lets the bridge send a frame
+// back out the port it came in by: it does so for a frame to that port's
+// own MAC (kube-proxy's DNAT of a pod to itself) and for floods
+// (broadcast and multicast come back to their sender, as with the
+// reference bridge plugin's hairpinMode), never for a frame to another
+// port's MAC. Checked: the attacker's own frame to the victim, which must
+// reach the victim and not come back, and the victim's to the gateway.
+func (n *hostileNode) hairpinLeaks(t *testing.T) (leaked []string) {
+	t.Helper()
+	v, a := n.victim, n.attacker
+	quiet := 500 * time.Millisecond
+	fields := strings.Fields(n.d.node.MustRun(t, "ip", "-br", "link", "show", "vmlane0"))
+	if len(fields) < 3 {
+		t.Fatalf("ip -br link show vmlane0: %q", fields)
+	}
+	gwMAC, err := net.ParseMAC(fields[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	mark := []byte("hairpin: attacker to victim")
+	reached := make(chan bool, 1)
+	go func() { reached <- v.sees(2*quiet, mark) }()
+	time.Sleep(50 * time.Millisecond)
+	if err := a.eth.Send(frametest.Ether(v.mac, a.mac, frametest.TypeIPv4, frametest.UDP4(a.ip, v.ip, 9, 9, mark))); err != nil {
+		t.Fatal(err)
+	}
+	if a.sees(quiet, mark) {
+		leaked = append(leaked, "its own unicast to the victim, back")
+	}
+	if !<-reached {
+		t.Errorf("the attacker's unicast to the victim did not reach it: the check proves nothing")
+	}
+
+	// The frame itself, not the node's ICMP error quoting it (which,
+	// with anti-spoofing off, the ARP poisoning above sends the attacker).
+	mark = []byte("hairpin: victim to gateway")
+	if err := v.eth.Send(frametest.Ether(gwMAC, v.mac, frametest.TypeIPv4, frametest.UDP4(v.ip, n.gw, 9, 9, mark))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.eth.Wait(quiet, func(b []byte) bool {
+		f, _ := frametest.Parse(b)
+		_, dst, payload, ok := f.UDP()
+		return ok && dst.Port() == 9 && bytes.Equal(payload, mark)
+	}); err == nil {
+		leaked = append(leaked, "the victim's unicast to the gateway")
+	}
+
+	// What hairpin does send back: the attacker's own broadcast.
+	mark = []byte("hairpin: attacker's broadcast")
+	a.send(t, a.mac, frametest.TypeIPv4, frametest.UDP4(a.ip, netip.AddrFrom4([4]byte{255, 255, 255, 255}), 9, 9, mark))
+	if !a.sees(quiet, mark) {
+		t.Errorf("the attacker's broadcast did not come back to it: is hairpin off on its port?")
+	}
+	return leaked
+}
+
 // linkLocalAttack sends, from the attacker's port, a frame with the
 // victim's MAC as its source to each 802.1D link-local group address and
 // reports the groups that put the victim's MAC on the attacker's port in
@@ -320,6 +378,11 @@ func TestHostileGuests(t *testing.T) {
 			if r.worked == n.on {
 				t.Errorf("%s: worked=%v with anti-spoofing on=%v", r.name, r.worked, n.on)
 			}
+		}
+		// Hairpin, on every port so that a pod reaches its own Service,
+		// gives no port a neighbour's frames, anti-spoofing or not.
+		if leaked := n.hairpinLeaks(t); len(leaked) > 0 {
+			t.Errorf("with hairpin on every port, the attacker received %q", leaked)
 		}
 		// Every vmlane bridge has no_linklocal_learn on, anti-spoofing or
 		// not (with it off, a plain frame from the victim's MAC does the
