@@ -23,7 +23,7 @@ ACTIONLINT_VERSION = v1.7.12
 CNI_PLUGINS_VERSION = $(shell $(GO) list -m -f '{{.Version}}' github.com/containernetworking/plugins)
 CNI_PLUGINS_DIR     = $(CACHE)/cni-plugins/$(CNI_PLUGINS_VERSION)
 
-.PHONY: all build test deps bench-deps lint unit e2e e2e-real e2e-hybrid e2e-cross fuzz darwin bench demo demo-hybrid demo-down guest udhcpc6 controlplane realnode flannel coredns image cni-reference clean distclean
+.PHONY: all build test deps bench-deps lint unit e2e e2e-real e2e-hybrid e2e-cross fuzz darwin bench demo demo-hybrid demo-down guest udhcpc6 controlplane realnode flannel coredns conformance-tools conformance image cni-reference clean distclean
 
 all: build
 
@@ -77,12 +77,22 @@ flannel:
 coredns:
 	@bash internal/testing/realnode/build-coredns.sh $(CACHE)/coredns >/dev/null
 
+## conformance-tools: Kubernetes' e2e.test and agnhost built from the module proxy, and the test images the network tests run, cached
+conformance-tools: deps controlplane
+	@bash internal/testing/conformance/build.sh $(CACHE)/conformance $$(bash internal/testing/controlplane/build.sh --print-dir $(CACHE)/controlplane) >/dev/null
+
+## conformance: Kubernetes' [sig-network] conformance tests and Networking Granular Checks against the real-node cluster (the one make demo builds), with their counts and each failure
+conformance: deps guest controlplane realnode coredns image cni-reference build conformance-tools
+	@start=$$(date +%s); \
+	$(TEST_ENV) VMLANE_CONFORMANCE=full $(GO) test -tags e2e -count=1 -timeout 120m -v -run '^TestUpstreamConformance$$' ./e2e/realnode/ 2>&1 | tee /tmp/vmlane-conformance-run.log | grep -E '^(conformance:|  FAILED|          |  skipped|  left out|--- |PASS|FAIL|ok)' ; \
+	rc=$${PIPESTATUS[0]}; echo "make conformance: $$(( $$(date +%s) - start ))s in all (logs: /tmp/vmlane-conformance-run.log, /tmp/vmlane-conformance.log)"; exit $$rc
+
 ## image: the vmlane image, the pause and busybox test images, as tarballs in .cache/images (no Docker)
 image: deps build
 	@bash internal/tools/imagebuild/build.sh $(CACHE)/images $(BIN)
 
 ## test: everything CI runs: lint, unit + privileged tests, e2e, fuzz, darwin build
-test: deps udhcpc6 guest controlplane realnode flannel coredns image cni-reference build lint unit e2e fuzz darwin
+test: deps udhcpc6 guest controlplane realnode flannel coredns conformance-tools image cni-reference build lint unit e2e fuzz darwin
 	@echo "make test: all passed"
 
 # The environment every privileged test and the demo find their inputs by.
@@ -93,6 +103,7 @@ TEST_ENV = VMLANE_PRIVILEGED=require VMLANE_BIN_DIR=$(BIN) \
 	VMLANE_REALNODE_DIR=$$(bash internal/testing/realnode/build.sh --print-dir $(CACHE)/realnode) \
 	VMLANE_FLANNEL_DIR=$$(bash internal/testing/realnode/build-flannel.sh --print-dir $(CACHE)/flannel) \
 	VMLANE_COREDNS_DIR=$$(bash internal/testing/realnode/build-coredns.sh --print-dir $(CACHE)/coredns) \
+	VMLANE_CONFORMANCE_DIR=$$(bash internal/testing/conformance/build.sh --print-dir $(CACHE)/conformance $$(bash internal/testing/controlplane/build.sh --print-dir $(CACHE)/controlplane)) \
 	VMLANE_IMAGE_DIR=$(CACHE)/images VMLANE_CNI_PLUGINS_DIR=$(CNI_PLUGINS_DIR)
 
 ## demo: a three-node cluster of real nodes, vmlane's DaemonSet, VM and plain pods made with kubectl, its account printed, torn down (KEEP=1 leaves it up)
@@ -114,7 +125,7 @@ demo-down:
 	rm -f $(CACHE)/demo/demo.pid; echo "demo torn down"
 
 ## e2e: the multi-node end-to-end suites (namespaces; real nodes; hybrid), with their total time
-e2e: deps guest controlplane realnode flannel coredns image cni-reference build
+e2e: deps guest controlplane realnode flannel coredns conformance-tools image cni-reference build
 	@start=$$(date +%s); \
 	$(TEST_ENV) $(GO) test -tags e2e -count=1 -timeout 20m -v ./e2e/ 2>&1 | tee /tmp/vmlane-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|e2e:|    )' ; \
 	rc=$${PIPESTATUS[0]}; echo "e2e: $$(( $$(date +%s) - start ))s in all (log: /tmp/vmlane-e2e.log)"; [ $$rc = 0 ] || exit $$rc; \
@@ -135,12 +146,12 @@ e2e-hybrid: deps guest controlplane realnode flannel image cni-reference build
 	rc=$${PIPESTATUS[0]}; echo "e2e-hybrid: $$(( $$(date +%s) - start ))s in all (log: /tmp/vmlane-e2e-hybrid.log)"; exit $$rc
 
 ## e2e-real: the real-node suite alone (containerd, kubelet, the DaemonSet, pods made with kubectl); RUN=REGEXP runs only the tests it matches
-e2e-real: deps guest controlplane realnode coredns image cni-reference build
+e2e-real: deps guest controlplane realnode coredns conformance-tools image cni-reference build
 	@# The images the nodes import, checked whole (the unit run, under
 	@# -race, reads only the small ones).
 	VMLANE_IMAGE_DIR=$(CACHE)/images $(GO) test -count=1 -run '^TestBuiltImages$$' ./internal/tools/imagebuild
 	@start=$$(date +%s); \
-	$(TEST_ENV) $(GO) test -tags e2e -count=1 -timeout 30m -v $(if $(RUN),-run '$(RUN)') ./e2e/realnode/ 2>&1 | tee /tmp/vmlane-e2e-real.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|e2e-realnode:|•|    )' ; \
+	$(TEST_ENV) $(GO) test -tags e2e -count=1 -timeout 30m -v $(if $(RUN),-run '$(RUN)') ./e2e/realnode/ 2>&1 | tee /tmp/vmlane-e2e-real.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|e2e-realnode:|•|    |conformance:|  FAILED|  skipped|  left out)' ; \
 	rc=$${PIPESTATUS[0]}; echo "e2e-real: $$(( $$(date +%s) - start ))s in all (log: /tmp/vmlane-e2e-real.log)"; exit $$rc
 
 lint:

@@ -37,8 +37,9 @@ func setup(r *cluster.Runner) {
 		r.Fatal(err)
 	}
 	c = cluster.NewReal(r, cluster.Options{
-		Overlay:   overlay,
-		Images:    []string{filepath.Join(images, "vmlane.tar"), filepath.Join(images, "pause.tar"), filepath.Join(images, "busybox.tar")},
+		Overlay: overlay,
+		Images: append([]string{filepath.Join(images, "vmlane.tar"), filepath.Join(images, "pause.tar"), filepath.Join(images, "busybox.tar")},
+			conformanceImages()...),
 		CNIBinDir: r.Env("VMLANE_CNI_PLUGINS_DIR"),
 		BinDir:    r.Env("VMLANE_BIN_DIR"),
 		// The cluster DNS, as every user's cluster has.
