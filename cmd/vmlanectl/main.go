@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/vmlane/vmlane/internal/version"
 	"github.com/vmlane/vmlane/leases"
 )
 
@@ -27,6 +28,7 @@ func usage() string {
   vmlanectl claims list    [--lease-file FILE] [-o table|json]
   vmlanectl claims release NAMESPACE/NAME [--lease-file FILE]
   vmlanectl teardown      [--route-protocol N] [--cni-conf-dir DIR] [--vm-cni-conf-dir DIR] [--bridge NAME] [--dry-run]
+  vmlanectl version
   vmlanectl help
 
 Commands:
@@ -48,6 +50,7 @@ Commands:
   teardown       remove what vmlane installed on this node: routes with its
                  protocol, its iptables chains, its conflists and the bridge;
                  nothing else (leases are kept)
+  version        print the release, Go toolchain and platform (also --version)
 
 Flags (before or after the command word):
   --lease-file FILE   vmlane's leases.json or macOS bootpd's dhcpd_leases, told
@@ -110,6 +113,9 @@ func (c *cli) run(args []string) int {
 			return c.fail("vmlanectl help", usagef("no help on %q: the commands are: leases, claims, teardown", rest[0]))
 		}
 		fmt.Fprint(c.stderr, usage())
+		return exitOK
+	case "version", "-version", "--version":
+		fmt.Fprintln(c.stdout, version.String("vmlanectl"))
 		return exitOK
 	case "leases":
 		return c.runLeases(rest)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/vmlane/vmlane/internal/version"
 	"github.com/vmlane/vmlane/leases"
 )
 
@@ -336,6 +337,24 @@ func TestHelp(t *testing.T) {
 		}
 		if diff := cmp.Diff(usage(), errb.String()); diff != "" || out.Len() != 0 {
 			t.Errorf("%q: stdout %q; stderr (-want +got):\n%s", args, out.String(), diff)
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	old := version.Version
+	t.Cleanup(func() { version.Version = old })
+	version.Version = "v0.4.0"
+	for _, args := range [][]string{{"version"}, {"--version"}, {"-version"}} {
+		var out, errb bytes.Buffer
+		if code := run(args, &out, &errb); code != exitOK {
+			t.Errorf("%q: exit %d, want 0", args, code)
+		}
+		if got, want := out.String(), version.String("vmlanectl")+"\n"; got != want || errb.Len() != 0 {
+			t.Errorf("%q: stdout %q, stderr %q; want stdout %q", args, got, errb.String(), want)
+		}
+		if !strings.Contains(out.String(), "vmlanectl v0.4.0 (") {
+			t.Errorf("%q: %q does not name the release", args, out.String())
 		}
 	}
 }

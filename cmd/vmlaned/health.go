@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/vmlane/vmlane/internal/version"
 )
 
 // health answers /healthz and /readyz.
@@ -60,6 +62,19 @@ func (h *health) mux() *http.ServeMux {
 		fmt.Fprintln(w, "ok")
 	})
 	return m
+}
+
+// buildInfo is vmlane_build_info: 1, labelled with the release this
+// vmlaned was built from and its Go toolchain, so that a dashboard (or
+// `count by (version) (vmlane_build_info)`) shows which nodes a rollout
+// has reached.
+func buildInfo() prometheus.Collector {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "vmlane_build_info",
+		Help: "1, labelled with the vmlane release vmlaned was built from and its Go version.",
+	}, []string{"version", "goversion"})
+	g.WithLabelValues(version.Version, runtime.Version()).Set(1)
+	return g
 }
 
 // serve runs an HTTP server on addr until ctx ends. It binds before

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/vmlane/vmlane/internal/version"
 	"github.com/vmlane/vmlane/leases"
 	"github.com/vmlane/vmlane/routes"
 )
@@ -56,7 +57,7 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client config (outside a pod, as on a Mac node, give --kubeconfig): %w", err)
 	}
-	cfg.UserAgent = "vmlaned/" + version
+	cfg.UserAgent = "vmlaned/" + version.Version
 	return cfg, nil
 }
 
@@ -173,7 +174,7 @@ func setNetworkCondition(ctx context.Context, client kubernetes.Interface, name 
 // state the daemon updates.
 func endpoints(ctx context.Context, c *config, log *slog.Logger) (*prometheus.Registry, *health, error) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
 	h := &health{start: time.Now(), window: 3 * c.Resync}
 	if err := serve(ctx, c.HealthAddr, h.mux(), log); err != nil {
 		return nil, nil, err

@@ -29,15 +29,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vmlane/vmlane/internal/version"
 	"github.com/vmlane/vmlane/leases"
 	"github.com/vmlane/vmlane/pf"
 	"github.com/vmlane/vmlane/plugin"
 	"github.com/vmlane/vmlane/routes"
 	"github.com/vmlane/vmlane/routes/bgp"
 )
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
 
 // config is vmlaned's flags, parsed and checked.
 type config struct {
@@ -187,7 +185,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, err
 	}
 	if *showVersion {
-		fmt.Fprintln(stderr, "vmlaned", version)
+		fmt.Fprintln(stderr, version.String("vmlaned"))
 		return nil, flag.ErrHelp
 	}
 	if fs.NArg() > 0 {
@@ -439,6 +437,7 @@ func vmlaned(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	log.Info("vmlaned starting", "version", version.Version, "go", runtime.Version(), "platform", runtime.GOOS+"/"+runtime.GOARCH)
 	if err := run(ctx, c, log); err != nil {
 		log.Error("vmlaned stopped", "err", err)
 		return 1

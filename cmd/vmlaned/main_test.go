@@ -4,15 +4,19 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vmlane/vmlane/internal/version"
 	"github.com/vmlane/vmlane/plugin"
 )
 
@@ -222,5 +226,29 @@ func TestHealth(t *testing.T) {
 	}
 	if err := h.healthy(start.Add(4 * time.Minute)); err == nil {
 		t.Error("reconcile 2m old with a 90s window, still healthy")
+	}
+}
+
+// --version prints the stamped release and stops; /metrics carries it as
+// vmlane_build_info.
+func TestVersion(t *testing.T) {
+	old := version.Version
+	t.Cleanup(func() { version.Version = old })
+	version.Version = "v0.4.0"
+	var stderr bytes.Buffer
+	if _, err := parseFlags([]string{"--version"}, &stderr); err != flag.ErrHelp {
+		t.Fatalf("parseFlags(--version) = %v, want flag.ErrHelp (exit 0)", err)
+	}
+	if got, want := stderr.String(), version.String("vmlaned")+"\n"; got != want {
+		t.Errorf("--version printed %q, want %q", got, want)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(buildInfo())
+	rec := httptest.NewRecorder()
+	metricsHandler(reg).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	want := `vmlane_build_info{goversion="` + runtime.Version() + `",version="v0.4.0"} 1`
+	if !strings.Contains(rec.Body.String(), want) {
+		t.Errorf("/metrics has no %s:\n%s", want, rec.Body.String())
 	}
 }
