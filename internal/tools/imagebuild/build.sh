@@ -12,13 +12,19 @@
 #                          vmlane, vmlaned, vmlanectl and portmap (the
 #                          reference plugin, which `make build` installs)
 #                          from BIN_DIR
+#   CACHE_DIR/vmlane-arm64.tar  the same image for linux/arm64, from the
+#                          static binaries in BIN_DIR/linux-arm64 (make
+#                          build-arm64) and the same Debian packages for
+#                          arm64, unpacked without running them (see
+#                          foreign_root in debianroot.sh); `make release`
+#                          makes the multi-platform index of the two
 #   CACHE_DIR/pause.tar    registry.k8s.io/pause:3.10, the sandbox image
 #                          (internal/tools/imagebuild/pause)
 #   CACHE_DIR/busybox.tar  vmlane.test/busybox:e2e, Debian's busybox-static
 #                          with its applets, for the test pods; /lib and
 #                          /lib64 point into /usr, so a pod that mounts the
 #                          node's /usr runs the node's programs (QEMU)
-#   CACHE_DIR/.stamp       the key of all three; written last
+#   CACHE_DIR/.stamp       the key of all four; written last
 #
 # The Debian root (debootstrap --variant=minbase from the mirror apt
 # uses, or $VMLANE_DEBIAN_MIRROR) is cached in CACHE_DIR/rootfs-KEY, KEY a
@@ -74,8 +80,10 @@ die() {
 sha() { cat - "$@" | sha256sum | cut -c1-16; }
 
 binaries=(vmlane vmlaned vmlanectl portmap)
+bin_arm64=$bin/linux-arm64
 for b in "${binaries[@]}"; do
 	[[ -f $bin/$b ]] || die "$bin/$b is missing: run make build"
+	[[ -f $bin_arm64/$b ]] || die "$bin_arm64/$b is missing: run make build-arm64"
 done
 [[ -x /bin/busybox ]] || die "/bin/busybox is missing: install busybox-static (make deps does)"
 
@@ -85,6 +93,7 @@ mapfile -t pkgs < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' "$repo/man
 [[ ${#pkgs[@]} -gt 0 ]] || die "no packages in manifests/image/packages"
 rootkey=$(printf '%s\n' "$suite" "${pkgs[@]}" "recipe=$recipe" | sha)
 root=$cache/rootfs-$rootkey
+root_arm64=$cache/rootfs-arm64-$rootkey
 # imagebuild's sources and this script: a change to either may change
 # every image.
 shopt -s nullglob
@@ -96,9 +105,11 @@ tool=$(echo | sha "${tool_src[@]}" "$repo/go.mod" "$repo/go.sum" "$here/build.sh
 goversion=$(go env GOVERSION 2>/dev/null || echo none)
 vmlane_key=$(echo "$tool $rootkey $tag" |
 	sha "${binaries[@]/#/$bin/}" "$repo/manifests/image/entrypoint.sh")
+vmlane_arm64_key=$(echo "$tool $rootkey $tag arm64" |
+	sha "${binaries[@]/#/$bin_arm64/}" "$repo/manifests/image/entrypoint.sh")
 pause_key=$(echo "$tool $goversion" | sha "$here"/pause/*.go)
 busybox_key=$(echo "$tool" | sha /bin/busybox)
-key="vmlane=$vmlane_key pause=$pause_key busybox=$busybox_key"
+key="vmlane=$vmlane_key vmlane-arm64=$vmlane_arm64_key pause=$pause_key busybox=$busybox_key"
 
 result() {
 	if [[ $print_dir -eq 1 ]]; then
@@ -109,7 +120,7 @@ result() {
 }
 up_to_date() {
 	[[ -f $cache/.stamp && $(<"$cache/.stamp") == "$key" &&
-		-f $cache/vmlane.tar && -f $cache/pause.tar && -f $cache/busybox.tar ]]
+		-f $cache/vmlane.tar && -f $cache/vmlane-arm64.tar && -f $cache/pause.tar && -f $cache/busybox.tar ]]
 }
 
 # Fast path, without the lock: .stamp is written last.
@@ -148,11 +159,13 @@ if [[ ! -f $root/.stamp ]]; then
 		remove "$root"
 		die "the root has no iptables-nft or update-alternatives (log: $root.debootstrap.log)"
 	}
-	# Older roots are of another package list or recipe.
-	for old in "$cache"/rootfs-*; do
-		[[ $old == "$root" || $old == "$root".* ]] || remove "$old"
-	done
 fi
+# The same packages for arm64, unpacked (seconds once downloaded).
+foreign_root "$root" "$root_arm64" arm64 "$suite" "$suite arm64 $rootkey foreign=2"
+# Older roots are of another package list or recipe.
+for old in "$cache"/rootfs-*; do
+	[[ $old == "$root" || $old == "$root".* || $old == "$root_arm64" || $old == "$root_arm64".* ]] || remove "$old"
+done
 # --- the tools ---------------------------------------------------------------
 mkdir -p "$cache/bin"
 imagebuild=$cache/bin/imagebuild
@@ -208,6 +221,21 @@ if ! packed vmlane "$vmlane_key"; then
 	install -m 0755 "$repo/manifests/image/entrypoint.sh" "$stage/usr/local/bin/vmlane-entrypoint"
 	install -m 0755 "${binaries[@]/#/$from/}" "$stage/usr/local/bin/"
 	pack vmlane "$vmlane_key" pack -dir "$stage" -tag "ghcr.io/vmlane/vmlane:$tag" \
+		-entrypoint /usr/local/bin/vmlane-entrypoint -cmd vmlaned
+	remove "$stage"
+fi
+
+# --- vmlane for arm64 ----------------------------------------------------------
+if ! packed vmlane-arm64 "$vmlane_arm64_key"; then
+	for b in "${binaries[@]}"; do
+		static "$bin_arm64/$b" || die "$bin_arm64/$b is not static (make build-arm64 builds it so)"
+	done
+	stage=$cache/stage-vmlane-arm64
+	cp -a "$root_arm64" "$stage"
+	rm -f "$stage/.stamp"
+	install -m 0755 "$repo/manifests/image/entrypoint.sh" "$stage/usr/local/bin/vmlane-entrypoint"
+	install -m 0755 "${binaries[@]/#/$bin_arm64/}" "$stage/usr/local/bin/"
+	pack vmlane-arm64 "$vmlane_arm64_key" pack -dir "$stage" -tag "ghcr.io/vmlane/vmlane:$tag" -arch arm64 \
 		-entrypoint /usr/local/bin/vmlane-entrypoint -cmd vmlaned
 	remove "$stage"
 fi

@@ -4,10 +4,13 @@ import (
 	"archive/tar"
 	"bytes"
 	"debug/elf"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -24,6 +27,10 @@ type image struct {
 	byName  map[string]*tar.Header
 	content map[string][]byte // of the files asked for
 	digest  v1.Hash
+	// machines are the architectures of the layer's ELF files, by name.
+	machines map[string]elf.Machine
+	// layer is the uncompressed layer, for extract.
+	layer v1.Layer
 }
 
 // readImage reads the image tagged tag from the tarball at path as
@@ -33,6 +40,12 @@ type image struct {
 // contents of the regular files named in want.
 func readImage(t *testing.T, path, tag string, want []string) *image {
 	t.Helper()
+	return readImageFor(t, path, tag, "amd64", want)
+}
+
+// readImageFor is readImage of an image for arch (amd64 or arm64).
+func readImageFor(t *testing.T, path, tag, arch string, want []string) *image {
+	t.Helper()
 	ref, err := name.NewTag(tag)
 	if err != nil {
 		t.Fatal(err)
@@ -41,15 +54,15 @@ func readImage(t *testing.T, path, tag string, want []string) *image {
 	if err != nil {
 		t.Fatalf("reading %s as %s: %v", path, tag, err)
 	}
-	out := &image{byName: map[string]*tar.Header{}, content: map[string][]byte{}}
+	out := &image{byName: map[string]*tar.Header{}, content: map[string][]byte{}, machines: map[string]elf.Machine{}}
 	if out.config, err = img.ConfigFile(); err != nil {
 		t.Fatal(err)
 	}
 	if out.digest, err = img.Digest(); err != nil {
 		t.Fatal(err)
 	}
-	if cf := out.config; cf.OS != "linux" || cf.Architecture != "amd64" {
-		t.Errorf("%s: platform %s/%s, want linux/amd64", path, cf.OS, cf.Architecture)
+	if cf, p := out.config, platforms[arch]; cf.OS != p.OS || cf.Architecture != p.Architecture || cf.Variant != p.Variant {
+		t.Errorf("%s: platform %s/%s/%s, want %s", path, cf.OS, cf.Architecture, cf.Variant, p)
 	}
 	layers, err := img.Layers()
 	if err != nil {
@@ -58,6 +71,7 @@ func readImage(t *testing.T, path, tag string, want []string) *image {
 	if len(layers) != 1 || len(out.config.RootFS.DiffIDs) != 1 {
 		t.Fatalf("%s: %d layers, %d diff_ids; want 1 and 1", path, len(layers), len(out.config.RootFS.DiffIDs))
 	}
+	out.layer = layers[0]
 	if d, err := layers[0].DiffID(); err != nil || d != out.config.RootFS.DiffIDs[0] {
 		t.Errorf("%s: layer diff_id %s (%v), config says %s", path, d, err, out.config.RootFS.DiffIDs[0])
 	}
@@ -80,12 +94,21 @@ func readImage(t *testing.T, path, tag string, want []string) *image {
 		}
 		out.headers = append(out.headers, h)
 		out.byName[h.Name] = h
-		for _, w := range want {
-			if h.Name == w && h.Typeflag == tar.TypeReg {
-				if out.content[w], err = io.ReadAll(tr); err != nil {
-					t.Fatal(err)
-				}
+		if h.Typeflag != tar.TypeReg {
+			continue
+		}
+		var r io.Reader = tr
+		if slices.Contains(want, h.Name) {
+			if out.content[h.Name], err = io.ReadAll(tr); err != nil {
+				t.Fatal(err)
 			}
+			r = bytes.NewReader(out.content[h.Name])
+		}
+		// ELF: the magic, then e_machine at offset 18 (both byte orders
+		// of ours are little-endian).
+		var hdr [20]byte
+		if n, _ := io.ReadFull(r, hdr[:]); n == len(hdr) && string(hdr[:4]) == elf.ELFMAG {
+			out.machines[h.Name] = elf.Machine(binary.LittleEndian.Uint16(hdr[18:]))
 		}
 	}
 	return out
@@ -119,6 +142,40 @@ func (img *image) checkEntries(t *testing.T, want map[string]string) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("entries (-want +got):\n%s", diff)
 	}
+}
+
+// checkMachines fails for each ELF file of the image that is not for m,
+// and unless there are some.
+func (img *image) checkMachines(t *testing.T, m elf.Machine) {
+	t.Helper()
+	bad := 0
+	for name, got := range img.machines {
+		if got != m {
+			if bad++; bad <= 10 {
+				t.Errorf("%s is an ELF file for %s, want %s", name, got, m)
+			}
+		}
+	}
+	if len(img.machines) < 10 {
+		t.Errorf("only %d ELF files in the image", len(img.machines))
+	}
+}
+
+// extract unpacks the image's layer into a new folder, with GNU tar.
+func (img *image) extract(t *testing.T) string {
+	t.Helper()
+	rc, err := img.layer.Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	dir := t.TempDir()
+	cmd := exec.Command("tar", "-x", "-C", dir)
+	cmd.Stdin = rc
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("tar -x: %v\n%s", err, out)
+	}
+	return dir
 }
 
 // under lists the entries below folder d.
@@ -155,7 +212,7 @@ func TestBuiltImages(t *testing.T) {
 	if dir == "" {
 		t.Skip("VMLANE_IMAGE_DIR is not set: no images to check (make image builds them into .cache/images)")
 	}
-	for _, f := range []string{"vmlane.tar", "pause.tar", "busybox.tar"} {
+	for _, f := range []string{"vmlane.tar", "vmlane-arm64.tar", "pause.tar", "busybox.tar"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Skipf("no %s in %s (make image builds it): %v", f, dir, err)
 		}
@@ -166,51 +223,47 @@ func TestBuiltImages(t *testing.T) {
 			// this image for real.
 			t.Skip("reading vmlane.tar under the race detector takes half a minute: go test -run TestBuiltImages ./internal/tools/imagebuild, without -race, checks it")
 		}
-		tag := "ghcr.io/vmlane/vmlane:" + envOr("VMLANE_IMAGE_TAG", "e2e")
-		bins := []string{"usr/local/bin/vmlane", "usr/local/bin/vmlaned", "usr/local/bin/vmlanectl"}
-		img := readImage(t, filepath.Join(dir, "vmlane.tar"), tag, bins)
-		if diff := cmp.Diff(v1.Config{
-			Entrypoint: []string{"/usr/local/bin/vmlane-entrypoint"},
-			Cmd:        []string{"vmlaned"},
-			Env:        []string{defaultPath},
-		}, img.config.Config); diff != "" {
-			t.Errorf("config (-want +got):\n%s", diff)
+		checkVmlaneImage(t, filepath.Join(dir, "vmlane.tar"), "amd64")
+	})
+
+	t.Run("vmlane-arm64", func(t *testing.T) {
+		if raceEnabled {
+			t.Skip("reading vmlane-arm64.tar under the race detector takes half a minute: go test -run TestBuiltImages ./internal/tools/imagebuild, without -race, checks it")
 		}
-		img.checkEntries(t, map[string]string{
-			"usr/local/bin/vmlane":            "0 0755",
-			"usr/local/bin/vmlaned":           "0 0755",
-			"usr/local/bin/vmlanectl":         "0 0755",
-			"usr/local/bin/vmlane-entrypoint": "0 0755",
-			// What the entrypoint and vmlaned run.
-			"usr/sbin/iptables-nft":              "2 0777 xtables-nft-multi",
-			"usr/sbin/iptables-legacy":           "2 0777 xtables-legacy-multi",
-			"usr/sbin/xtables-nft-multi":         "0 0755",
-			"usr/bin/update-alternatives":        "0 0755",
-			"etc/alternatives/iptables":          "2 0777 /usr/sbin/iptables-nft",
-			"var/lib/dpkg/alternatives/":         "5 0755",
-			"var/lib/dpkg/alternatives/iptables": "0 0644",
-			"usr/bin/ip":                         "0 0755",
-			"bin":                                "2 0777 usr/bin",
-			"bin/sh":                             "missing", // under the /bin symlink: usr/bin/sh
-			"usr/bin/sh":                         "2 0777 dash",
-			"proc/":                              "5 0755",
-			"sys/":                               "5 0755",
-			"dev/":                               "5 0755",
-			"tmp/":                               "5 1777",
-		})
-		for _, b := range bins {
-			img.checkStatic(t, b)
-		}
-		for _, d := range []string{"proc/", "sys/", "dev/", "var/lib/apt/lists/", "var/cache/apt/archives/partial/"} {
-			if names := img.under(d); len(names) > 0 {
-				t.Errorf("%s is not empty: %q", d, names)
+		img := checkVmlaneImage(t, filepath.Join(dir, "vmlane-arm64.tar"), "arm64")
+		// What of it runs here: under Debian's qemu-aarch64-static,
+		// called directly (no binfmt), the image's root as its -L
+		// prefix, where the dynamic programs find their loader and
+		// libraries. iptables-nft itself cannot run so (qemu-user does
+		// not emulate netfilter's netlink sockets: "Failed to initialize
+		// nft: Protocol not supported"), so its -save, which does not
+		// open one for -V, and the legacy one stand for it.
+		qemu := os.Getenv("VMLANE_QEMU_AARCH64")
+		if qemu == "" {
+			if qemu, _ = exec.LookPath("qemu-aarch64-static"); qemu == "" {
+				t.Skip("no qemu-aarch64-static (VMLANE_QEMU_AARCH64; make qemu-user unpacks Debian's): the arm64 programs are not run")
 			}
 		}
-		for _, n := range img.under("usr/share/doc/") {
-			if h := img.byName[n]; h.Typeflag != tar.TypeDir && filepath.Base(n) != "copyright" {
-				t.Errorf("%s: documentation other than copyright files (the image is slim as debian:12-slim)", n)
-				break
+		root := img.extract(t)
+		for _, tc := range []struct {
+			argv []string
+			want string
+		}{
+			{[]string{"/usr/local/bin/vmlaned", "--version"}, "linux/arm64)"},
+			{[]string{"/usr/local/bin/vmlane", "--version"}, "linux/arm64)"},
+			{[]string{"/usr/local/bin/vmlanectl", "version"}, "linux/arm64)"},
+			{[]string{"/usr/sbin/iptables-legacy", "--version"}, "iptables v1."},
+			{[]string{"/usr/sbin/iptables-nft-save", "-V"}, "(nf_tables)"},
+			{[]string{"/usr/bin/ip", "-V"}, "iproute2"},
+			{[]string{"/usr/bin/update-alternatives", "--version"}, "update-alternatives"},
+		} {
+			cmd := exec.Command(qemu, append([]string{"-L", root, filepath.Join(root, tc.argv[0])}, tc.argv[1:]...)...)
+			out, err := cmd.CombinedOutput()
+			if err != nil || !strings.Contains(string(out), tc.want) {
+				t.Errorf("qemu-aarch64-static %s: %v\n%s\nwant %q", strings.Join(tc.argv, " "), err, out, tc.want)
+				continue
 			}
+			t.Logf("arm64 %s: %s", strings.Join(tc.argv, " "), strings.TrimSpace(string(out)))
 		}
 	})
 
@@ -257,4 +310,77 @@ func envOr(k, def string) string {
 		return v
 	}
 	return def
+}
+
+// checkVmlaneImage reads vmlane's image for arch from path and checks
+// what it must have on every architecture: its config, the entries
+// (vmlaneEntries), ELF files all for arch, static binaries of ours, and
+// no more than a slim Debian root.
+func checkVmlaneImage(t *testing.T, path, arch string) *image {
+	t.Helper()
+	tag := "ghcr.io/vmlane/vmlane:" + envOr("VMLANE_IMAGE_TAG", "e2e")
+	bins := []string{"usr/local/bin/vmlane", "usr/local/bin/vmlaned", "usr/local/bin/vmlanectl", "usr/local/bin/portmap"}
+	img := readImageFor(t, path, tag, arch, bins)
+	if diff := cmp.Diff(v1.Config{
+		Entrypoint: []string{"/usr/local/bin/vmlane-entrypoint"},
+		Cmd:        []string{"vmlaned"},
+		Env:        []string{defaultPath},
+	}, img.config.Config); diff != "" {
+		t.Errorf("config (-want +got):\n%s", diff)
+	}
+	img.checkEntries(t, vmlaneEntries)
+	// Every ELF file is for the image's architecture: the packages' and
+	// ours.
+	img.checkMachines(t, map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[arch])
+	for _, b := range bins {
+		img.checkStatic(t, b)
+	}
+	checkSlim(t, img)
+	return img
+}
+
+// vmlaneEntries are entries vmlane's image has, on every architecture
+// (see image.entry).
+var vmlaneEntries = map[string]string{
+	"usr/local/bin/vmlane":            "0 0755",
+	"usr/local/bin/vmlaned":           "0 0755",
+	"usr/local/bin/vmlanectl":         "0 0755",
+	"usr/local/bin/portmap":           "0 0755",
+	"usr/local/bin/vmlane-entrypoint": "0 0755",
+	// What the entrypoint and vmlaned run.
+	"usr/sbin/iptables-nft":              "2 0777 xtables-nft-multi",
+	"usr/sbin/iptables-legacy":           "2 0777 xtables-legacy-multi",
+	"usr/sbin/xtables-nft-multi":         "0 0755",
+	"usr/bin/update-alternatives":        "0 0755",
+	"etc/alternatives/iptables":          "2 0777 /usr/sbin/iptables-nft",
+	"var/lib/dpkg/alternatives/":         "5 0755",
+	"var/lib/dpkg/alternatives/iptables": "0 0644",
+	"usr/bin/ip":                         "0 0755",
+	"etc/passwd":                         "0 0644",
+	"etc/group":                          "0 0644",
+	"bin":                                "2 0777 usr/bin",
+	"bin/sh":                             "missing", // under the /bin symlink: usr/bin/sh
+	"usr/bin/sh":                         "2 0777 dash",
+	"proc/":                              "5 0755",
+	"sys/":                               "5 0755",
+	"dev/":                               "5 0755",
+	"tmp/":                               "5 1777",
+}
+
+// checkSlim fails for what a slim image leaves out: the contents of the
+// folders the runtime mounts over, apt's lists and caches, and
+// documentation but the copyright files.
+func checkSlim(t *testing.T, img *image) {
+	t.Helper()
+	for _, d := range []string{"proc/", "sys/", "dev/", "var/lib/apt/lists/", "var/cache/apt/archives/partial/"} {
+		if names := img.under(d); len(names) > 0 {
+			t.Errorf("%s is not empty: %q", d, names)
+		}
+	}
+	for _, n := range img.under("usr/share/doc/") {
+		if h := img.byName[n]; h.Typeflag != tar.TypeDir && filepath.Base(n) != "copyright" {
+			t.Errorf("%s: documentation other than copyright files (the image is slim as debian:12-slim)", n)
+			break
+		}
+	}
 }

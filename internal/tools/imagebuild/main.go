@@ -6,10 +6,17 @@
 //
 //	imagebuild pack -dir ROOT -tag REF [-tag REF]... -o OUT.tar -entrypoint /bin/sh [-cmd vmlaned] [-env K=V]
 //	imagebuild pause -bin PAUSE -o OUT.tar [-tag registry.k8s.io/pause:3.10]
+//	imagebuild index -tag REF -oci DIR [-tar PREFIX] IMAGE.tar...
+//	imagebuild push -oci DIR -to REF [-insecure]
 //
 // pack packs ROOT as the image's whole file system; pause makes the image
 // of one static program, /pause (internal/tools/imagebuild/pause), the sandbox
-// image of the e2e suite's nodes.
+// image of the e2e suite's nodes. index makes a release's multi-platform
+// image out of per-architecture tarballs that pack wrote: an OCI image
+// layout at DIR whose index.json names one OCI image index (one image per
+// platform) as REF, and with -tar, PREFIX-linux-ARCH.tar, each image as a
+// tarball tagged REF; it prints the index's digest. push sends that index
+// and its images to a registry (the release workflow's step).
 //
 // The layer is deterministic: entries sorted, times zeroed, owners kept
 // as numbers without names, so the same tree gives the same image digest.
@@ -33,16 +40,18 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 const usage = `usage:
   imagebuild pack -dir ROOT -tag REF [-tag REF]... -o OUT.tar -entrypoint PROG [-entrypoint ARG]... [-cmd ARG]... [-env K=V]...
-  imagebuild pause -bin PAUSE -o OUT.tar [-tag REF]`
+  imagebuild pause -bin PAUSE -o OUT.tar [-tag REF]
+  imagebuild index -tag REF -oci DIR [-tar PREFIX] IMAGE.tar...
+  imagebuild push -oci DIR -to REF [-insecure]`
 
 func main() {
-	if err := run(os.Args[1:], os.Stderr); err != nil {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "imagebuild:", err)
 		os.Exit(1)
 	}
 }
 
-func run(args []string, stderr io.Writer) error {
+func run(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return errors.New("no subcommand\n" + usage)
 	}
@@ -51,6 +60,10 @@ func run(args []string, stderr io.Writer) error {
 		return runPack(args[1:], stderr)
 	case "pause":
 		return runPause(args[1:], stderr)
+	case "index":
+		return runIndex(args[1:], stdout, stderr)
+	case "push":
+		return runPush(args[1:], stdout, stderr)
 	default:
 		return fmt.Errorf("unknown subcommand %q\n%s", args[0], usage)
 	}
@@ -67,6 +80,7 @@ func runPack(args []string, stderr io.Writer) error {
 	fs.Var(&entry, "entrypoint", "the entrypoint, one flag per argument")
 	fs.Var(&cmd, "cmd", "the default arguments, one flag per argument")
 	fs.Var(&env, "env", "an environment variable K=V (repeatable; PATH has a default)")
+	fs.StringVar(&o.Arch, "arch", "amd64", "the architecture the root's programs are for: amd64 or arm64")
 	if err := parse(fs, args); err != nil {
 		return err
 	}

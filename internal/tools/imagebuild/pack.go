@@ -26,12 +26,23 @@ type packOptions struct {
 	MoreTags        []string
 	Entrypoint, Cmd []string
 	Env             []string
+	// Arch is the image's architecture, amd64 (the default) or arm64:
+	// what its binaries are built for.
+	Arch string
+}
+
+// platforms are the image platforms imagebuild packs, by GOARCH: their
+// OCI names (arm64 images carry the variant v8, as Docker's and the
+// registries' official images do).
+var platforms = map[string]v1.Platform{
+	"amd64": {OS: "linux", Architecture: "amd64"},
+	"arm64": {OS: "linux", Architecture: "arm64", Variant: "v8"},
 }
 
 // defaultPath is the image's PATH unless -env sets one.
 const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// pack writes o.Dir as a one-layer linux/amd64 image tagged o.Tag to
+// pack writes o.Dir as a one-layer linux/o.Arch image tagged o.Tag to
 // o.Out, through a temporary file renamed into place.
 func pack(o packOptions) error {
 	tag, err := name.NewTag(o.Tag)
@@ -64,7 +75,15 @@ func pack(o packOptions) error {
 		return err
 	}
 	cf = cf.DeepCopy()
-	cf.Architecture, cf.OS = "amd64", "linux"
+	arch := o.Arch
+	if arch == "" {
+		arch = "amd64"
+	}
+	plat, ok := platforms[arch]
+	if !ok {
+		return fmt.Errorf("invalid -arch %q: want amd64 or arm64", o.Arch)
+	}
+	cf.Architecture, cf.OS, cf.Variant = plat.Architecture, plat.OS, plat.Variant
 	env := o.Env
 	if !hasPath(env) {
 		env = append([]string{defaultPath}, env...)

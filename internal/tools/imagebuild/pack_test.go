@@ -178,7 +178,7 @@ func TestPackTags(t *testing.T) {
 	tree(t, dir, []string{"agnhost:0755"})
 	out := filepath.Join(t.TempDir(), "img.tar")
 	tags := []string{"registry.k8s.io/e2e-test-images/agnhost:2.55", "registry.k8s.io/e2e-test-images/agnhost:2.66.1"}
-	if err := run([]string{"pack", "-dir", dir, "-tag", tags[0], "-tag", tags[1], "-entrypoint", "/agnhost", "-cmd", "pause", "-o", out}, io.Discard); err != nil {
+	if err := run([]string{"pack", "-dir", dir, "-tag", tags[0], "-tag", tags[1], "-entrypoint", "/agnhost", "-cmd", "pause", "-o", out}, io.Discard, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	cf, _, first := readBack(t, out, tags[0])
@@ -188,7 +188,7 @@ func TestPackTags(t *testing.T) {
 	if diff := cmp.Diff([]string{"pause"}, cf.Config.Cmd); diff != "" {
 		t.Errorf("cmd (-want +got):\n%s", diff)
 	}
-	if err := run([]string{"pack", "-dir", dir, "-tag", tags[0], "-tag", "Not A Reference", "-entrypoint", "/agnhost", "-o", out}, io.Discard); err == nil ||
+	if err := run([]string{"pack", "-dir", dir, "-tag", tags[0], "-tag", "Not A Reference", "-entrypoint", "/agnhost", "-o", out}, io.Discard, io.Discard); err == nil ||
 		!strings.Contains(err.Error(), `"Not A Reference"`) {
 		t.Errorf("a bad second -tag: %v, want an error naming it", err)
 	}
@@ -201,7 +201,7 @@ func TestPause(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "pause.tar")
-	if err := run([]string{"pause", "-bin", bin, "-o", out}, io.Discard); err != nil {
+	if err := run([]string{"pause", "-bin", bin, "-o", out}, io.Discard, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	cf, got, _ := readBack(t, out, pauseTag)
@@ -244,8 +244,12 @@ func TestRunErrors(t *testing.T) {
 		{[]string{"pause", "-bin", file}, "-o is required"},
 		{[]string{"pause", "-bin", tmp, "-o", out}, `invalid -bin "` + tmp + `": not a regular file`},
 		{[]string{"pause", "-bin", file, "-o", out, "-tag", "bad tag"}, `invalid -tag "bad tag"`},
+		{[]string{"pack", "-dir", ".", "-tag", "a:b", "-o", out, "-entrypoint", "/x", "-arch", "riscv64"}, `invalid -arch "riscv64"`},
+		{[]string{"index", "-oci", out}, "-tag is required"},
+		{[]string{"index", "-tag", "a:b", "-oci", out}, "no image tarballs given"},
+		{[]string{"index", "-tag", "a:b", "-oci", out, file}, "reading " + file},
 	} {
-		err := run(tc.args, io.Discard)
+		err := run(tc.args, io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("run(%q) = %v, want an error containing %q", tc.args, err, tc.want)
 		}
