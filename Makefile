@@ -10,9 +10,19 @@ CACHE     := $(CURDIR)/.cache
 FUZZTIME  ?= 10s
 # Packages the privileged tests and the demo use, all from Debian 12.
 APT_PKGS  := iproute2 iptables iputils-ping util-linux procps kmod cpio busybox-static qemu-system-x86 isc-dhcp-client dhcpcd-base dnsmasq-base \
-	runc debootstrap binutils bird2 iperf3
+	runc debootstrap mmdebstrap binutils bird2 iperf3
 
 export GOFLAGS ?= -buildvcs=false
+
+# The release every binary is stamped with (internal/version): `make
+# release VERSION=vX.Y.Z`, else what git says of the checkout (the tag, or
+# the tag and the commits since, or the commit; -dirty with local changes).
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# -trimpath (below): the binaries do not carry the checkout's path, so the
+# same tree gives the same binaries (and image digests) wherever it is
+# built. -s -w: no symbol table or DWARF (a third of vmlaned's size; panics
+# still name their functions and lines).
+GO_LDFLAGS = -s -w -X github.com/vmlane/vmlane/internal/version.Version=$(VERSION)
 
 # actionlint checks the GitHub workflows (runner labels, expressions,
 # action inputs); built from the module proxy at this version.
@@ -23,7 +33,7 @@ ACTIONLINT_VERSION = v1.7.12
 CNI_PLUGINS_VERSION = $(shell $(GO) list -m -f '{{.Version}}' github.com/containernetworking/plugins)
 CNI_PLUGINS_DIR     = $(CACHE)/cni-plugins/$(CNI_PLUGINS_VERSION)
 
-.PHONY: all build test deps bench-deps lint unit e2e e2e-real e2e-hybrid e2e-cross fuzz darwin bench demo demo-hybrid demo-down guest udhcpc6 controlplane realnode flannel coredns conformance-tools conformance image cni-reference clean distclean
+.PHONY: all build build-arm64 qemu-user helm manifests previous release test deps bench-deps lint unit e2e e2e-real e2e-hybrid e2e-cross fuzz darwin bench demo demo-hybrid demo-down guest udhcpc6 controlplane realnode flannel coredns conformance-tools conformance image cni-reference clean distclean
 
 all: build
 
@@ -32,10 +42,47 @@ all: build
 ## reference portmap plugin, which vmlane's conflists chain for hostPort
 build:
 	@mkdir -p $(BIN)
-	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(GO_LDFLAGS)' -o $(BIN)/ ./cmd/...
 	@test -x $(BIN)/portmap -a "$$(cat $(BIN)/.portmap-version 2>/dev/null)" = "$(CNI_PLUGINS_VERSION)" || { \
 		CGO_ENABLED=0 GOBIN=$(BIN) $(GO) install github.com/containernetworking/plugins/plugins/meta/portmap@$(CNI_PLUGINS_VERSION) && \
 		echo $(CNI_PLUGINS_VERSION) > $(BIN)/.portmap-version; }
+
+## build-arm64: the same binaries for linux/arm64 into bin/linux-arm64/,
+## for the arm64 image
+build-arm64:
+	@mkdir -p $(BIN)/linux-arm64
+	CGO_ENABLED=0 GOARCH=arm64 $(GO) build -trimpath -ldflags '$(GO_LDFLAGS)' -o $(BIN)/linux-arm64/ ./cmd/...
+	@# go install puts a cross-built program under GOPATH/bin/linux_arm64
+	@# (it refuses a GOBIN for one).
+	@test -x $(BIN)/linux-arm64/portmap -a "$$(cat $(BIN)/linux-arm64/.portmap-version 2>/dev/null)" = "$(CNI_PLUGINS_VERSION)" || { \
+		CGO_ENABLED=0 GOARCH=arm64 GOBIN= $(GO) install github.com/containernetworking/plugins/plugins/meta/portmap@$(CNI_PLUGINS_VERSION) && \
+		cp "$$($(GO) env GOPATH)/bin/linux_arm64/portmap" $(BIN)/linux-arm64/portmap && \
+		echo $(CNI_PLUGINS_VERSION) > $(BIN)/linux-arm64/.portmap-version; }
+
+## helm: the helm command built from the module proxy, cached (the
+## chart's checks, make manifests)
+helm:
+	@bash internal/tools/helm/build.sh $(CACHE)/helm >/dev/null
+
+## manifests: manifests/base and manifests/hybrid/routes-only.yaml rendered
+## from the chart, charts/vmlane (make lint checks they match)
+manifests: helm
+	@bash internal/tools/helm/manifests.sh $$(bash internal/tools/helm/build.sh --print-dir $(CACHE)/helm) write
+
+# The version the real-node suite rolls back to and forward from
+# (TestRollBackAndForward): the last commit before releases existed; once
+# one does, its tag.
+PREVIOUS = c120fc963889b227aaf78c327dd5117181d2761f
+
+## previous: the image of the PREVIOUS version, built from this clone's
+## history with that version's own build, cached by commit
+previous: build
+	@bash internal/testing/previous/build.sh $(CACHE)/previous $(PREVIOUS) $(BIN) >/dev/null
+
+## qemu-user: Debian's qemu-aarch64-static, unpacked from its package, not
+## installed (no binfmt registration), for the arm64 image's checks
+qemu-user:
+	@bash internal/testing/qemuuser/build.sh $(CACHE)/qemu-user >/dev/null
 
 ## deps: Debian packages the tests need (only what is missing)
 deps:
@@ -87,35 +134,57 @@ conformance: deps guest controlplane realnode coredns image cni-reference build 
 	$(TEST_ENV) VMLANE_CONFORMANCE=full $(GO) test -tags e2e -count=1 -timeout 120m -v -run '^TestUpstreamConformance$$' ./e2e/realnode/ 2>&1 | tee /tmp/vmlane-conformance-run.log | grep -E '^(conformance:|  FAILED|          |  skipped|  left out|--- |PASS|FAIL|ok)' ; \
 	rc=$${PIPESTATUS[0]}; echo "make conformance: $$(( $$(date +%s) - start ))s in all (logs: /tmp/vmlane-conformance-run.log, /tmp/vmlane-conformance.log)"; exit $$rc
 
-## image: the vmlane image, the pause and busybox test images, as tarballs in .cache/images (no Docker)
-image: deps build
+## image: the vmlane image (linux/amd64 and linux/arm64), the pause and busybox test images, as tarballs in .cache/images (no Docker)
+image: deps build build-arm64
 	@bash internal/tools/imagebuild/build.sh $(CACHE)/images $(BIN)
 
+## release: VERSION=vX.Y.Z: dist/ with the multi-arch image (OCI layout and
+## per-arch tarballs), vmlane.yaml pinned by digest, the macOS archives,
+## the release notes and SHA256SUMS (internal/tools/release/release.sh);
+## publishing is .github/workflows/release.yml's
+release:
+	@echo "$(VERSION)" | grep -Eq '^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$$' || { \
+		echo "make release: VERSION=$(VERSION) is not a release version: give VERSION=vMAJOR.MINOR.PATCH (e.g. make release VERSION=v0.4.0)"; exit 2; }
+	@start=$$(date +%s); \
+	$(MAKE) --no-print-directory deps controlplane helm build build-arm64 image VERSION=$(VERSION) && \
+	$(BIN)/vmlaned --version 2>&1 | grep -q "^vmlaned $(VERSION) " || { echo "make release: bin/vmlaned is not stamped $(VERSION)"; exit 1; }; \
+	bash internal/tools/release/release.sh $(VERSION) $(CURDIR)/dist $(CACHE)/images \
+		$$(bash internal/testing/controlplane/build.sh --print-dir $(CACHE)/controlplane)/kubectl \
+		$$(bash internal/tools/helm/build.sh --print-dir $(CACHE)/helm) && \
+	echo "make release: $$(( $$(date +%s) - start ))s in all"
+
 ## test: everything CI runs: lint, unit + privileged tests, e2e, fuzz, darwin build
-test: deps udhcpc6 guest controlplane realnode flannel coredns conformance-tools image cni-reference build lint unit e2e fuzz darwin
+test: deps udhcpc6 guest controlplane realnode flannel coredns conformance-tools qemu-user helm previous image cni-reference build lint unit e2e fuzz darwin
 	@echo "make test: all passed"
 
-# The environment every privileged test and the demo find their inputs by.
-TEST_ENV = VMLANE_PRIVILEGED=require VMLANE_BIN_DIR=$(BIN) \
+# The environment the demo finds its inputs by: what it builds its
+# cluster of, and nothing it does not use (each $$(... --print-dir) builds
+# what is missing).
+DEMO_ENV = VMLANE_PRIVILEGED=require VMLANE_BIN_DIR=$(BIN) \
 	VMLANE_GUEST_DIR=$$(bash internal/testing/testvm/build-guest.sh --print-dir $(CACHE)/guest) \
-	VMLANE_UDHCPC6=$$(bash internal/testing/testvm/build-udhcpc6.sh --print-dir $(CACHE)/udhcpc6) \
 	VMLANE_CONTROLPLANE_DIR=$$(bash internal/testing/controlplane/build.sh --print-dir $(CACHE)/controlplane) \
 	VMLANE_REALNODE_DIR=$$(bash internal/testing/realnode/build.sh --print-dir $(CACHE)/realnode) \
+	VMLANE_IMAGE_DIR=$(CACHE)/images VMLANE_CNI_PLUGINS_DIR=$(CNI_PLUGINS_DIR)
+# The environment every privileged test finds its inputs by.
+TEST_ENV = $(DEMO_ENV) \
+	VMLANE_UDHCPC6=$$(bash internal/testing/testvm/build-udhcpc6.sh --print-dir $(CACHE)/udhcpc6) \
 	VMLANE_FLANNEL_DIR=$$(bash internal/testing/realnode/build-flannel.sh --print-dir $(CACHE)/flannel) \
 	VMLANE_COREDNS_DIR=$$(bash internal/testing/realnode/build-coredns.sh --print-dir $(CACHE)/coredns) \
 	VMLANE_CONFORMANCE_DIR=$$(bash internal/testing/conformance/build.sh --print-dir $(CACHE)/conformance $$(bash internal/testing/controlplane/build.sh --print-dir $(CACHE)/controlplane)) \
-	VMLANE_IMAGE_DIR=$(CACHE)/images VMLANE_CNI_PLUGINS_DIR=$(CNI_PLUGINS_DIR)
+	VMLANE_QEMU_AARCH64=$$(bash internal/testing/qemuuser/build.sh --print-dir $(CACHE)/qemu-user) \
+	VMLANE_HELM=$$(bash internal/tools/helm/build.sh --print-dir $(CACHE)/helm) \
+	VMLANE_PREVIOUS_IMAGE=$$(bash internal/testing/previous/build.sh --print-dir $(CACHE)/previous $(PREVIOUS) $(BIN))
 
 ## demo: a three-node cluster of real nodes, vmlane's DaemonSet, VM and plain pods made with kubectl, its account printed, torn down (KEEP=1 leaves it up)
 demo: deps guest controlplane realnode coredns image cni-reference build
 	@$(GO) build -o $(BIN)/vmlane-demo ./e2e/demo
-	@$(TEST_ENV) $(BIN)/vmlane-demo -bin $(BIN) -overlay e2e/overlay -images $(CACHE)/images -cni-bin $(CNI_PLUGINS_DIR) -state $(CACHE)/demo \
+	@$(DEMO_ENV) $(BIN)/vmlane-demo -bin $(BIN) -overlay e2e/overlay -images $(CACHE)/images -cni-bin $(CNI_PLUGINS_DIR) -state $(CACHE)/demo \
 		-coredns $$(bash internal/testing/realnode/build-coredns.sh --print-dir $(CACHE)/coredns) $(if $(KEEP),-keep)
 
 ## demo-hybrid: the hybrid cluster (flannel on two nodes with vmlane's routes-only DaemonSet, two VM nodes, one without kube-proxy), its routes and ping matrix, torn down (KEEP=1 leaves it up)
 demo-hybrid: deps guest controlplane realnode flannel image cni-reference build
 	@$(GO) build -o $(BIN)/vmlane-demo ./e2e/demo
-	@$(TEST_ENV) $(BIN)/vmlane-demo -hybrid -flannel $$(bash internal/testing/realnode/build-flannel.sh --print-dir $(CACHE)/flannel) \
+	@$(DEMO_ENV) $(BIN)/vmlane-demo -hybrid -flannel $$(bash internal/testing/realnode/build-flannel.sh --print-dir $(CACHE)/flannel) \
 		-bin $(BIN) -overlay e2e/overlay-hybrid -images $(CACHE)/images -cni-bin $(CNI_PLUGINS_DIR) -state $(CACHE)/demo $(if $(KEEP),-keep)
 
 ## demo-down: tear down the cluster `make demo KEEP=1` or `make demo-hybrid KEEP=1` left running
@@ -125,7 +194,7 @@ demo-down:
 	rm -f $(CACHE)/demo/demo.pid; echo "demo torn down"
 
 ## e2e: the multi-node end-to-end suites (namespaces; real nodes; hybrid), with their total time
-e2e: deps guest controlplane realnode flannel coredns conformance-tools image cni-reference build
+e2e: deps guest controlplane realnode flannel coredns conformance-tools qemu-user helm previous image cni-reference build
 	@start=$$(date +%s); \
 	$(TEST_ENV) $(GO) test -tags e2e -count=1 -timeout 20m -v ./e2e/ 2>&1 | tee /tmp/vmlane-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|e2e:|    )' ; \
 	rc=$${PIPESTATUS[0]}; echo "e2e: $$(( $$(date +%s) - start ))s in all (log: /tmp/vmlane-e2e.log)"; [ $$rc = 0 ] || exit $$rc; \
@@ -146,20 +215,26 @@ e2e-hybrid: deps guest controlplane realnode flannel image cni-reference build
 	rc=$${PIPESTATUS[0]}; echo "e2e-hybrid: $$(( $$(date +%s) - start ))s in all (log: /tmp/vmlane-e2e-hybrid.log)"; exit $$rc
 
 ## e2e-real: the real-node suite alone (containerd, kubelet, the DaemonSet, pods made with kubectl); RUN=REGEXP runs only the tests it matches
-e2e-real: deps guest controlplane realnode coredns conformance-tools image cni-reference build
+e2e-real: deps guest controlplane realnode coredns conformance-tools qemu-user helm previous image cni-reference build
 	@# The images the nodes import, checked whole (the unit run, under
-	@# -race, reads only the small ones).
-	VMLANE_IMAGE_DIR=$(CACHE)/images $(GO) test -count=1 -run '^TestBuiltImages$$' ./internal/tools/imagebuild
+	@# -race, reads only the small ones), the arm64 one's programs run
+	@# under qemu-aarch64-static.
+	VMLANE_IMAGE_DIR=$(CACHE)/images VMLANE_QEMU_AARCH64=$$(bash internal/testing/qemuuser/build.sh --print-dir $(CACHE)/qemu-user) \
+		$(GO) test -count=1 -run '^TestBuiltImages$$' ./internal/tools/imagebuild
 	@start=$$(date +%s); \
 	$(TEST_ENV) $(GO) test -tags e2e -count=1 -timeout 30m -v $(if $(RUN),-run '$(RUN)') ./e2e/realnode/ 2>&1 | tee /tmp/vmlane-e2e-real.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|e2e-realnode:|•|    |conformance:|  FAILED|  skipped|  left out)' ; \
 	rc=$${PIPESTATUS[0]}; echo "e2e-real: $$(( $$(date +%s) - start ))s in all (log: /tmp/vmlane-e2e-real.log)"; exit $$rc
 
-lint:
+lint: helm
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./e2e/...
 	$(GO) run github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION) .github/workflows/*.yml
+	@# The chart: helm's own lint (its values against values.schema.json
+	@# too), and manifests/ as the chart renders it.
+	@helm=$$(bash internal/tools/helm/build.sh --print-dir $(CACHE)/helm); \
+	$$helm lint --strict charts/vmlane && bash internal/tools/helm/manifests.sh $$helm check
 	@# Every relative link and #anchor of the Markdown files resolves.
 	$(GO) run ./internal/tools/mdlinks $$(git ls-files '*.md' 2>/dev/null || find . -name '*.md' -not -path './.cache/*')
 	@# leases must stay importable by VM runtimes without our other deps:
@@ -243,7 +318,7 @@ cni-reference:
 			github.com/containernetworking/plugins/plugins/ipam/host-local@$(CNI_PLUGINS_VERSION)
 
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) $(CURDIR)/dist
 
 distclean: clean
 	rm -rf $(CACHE)

@@ -334,6 +334,21 @@ func TestDaemonSetUpgradeUnderTraffic(t *testing.T) {
 			t.Fatalf("%s: tagging %s: %v\n%s", n.Name, next, err, out)
 		}
 	}
+	underTraffic(t, "the roll to "+next, func() {
+		if out, err := c.Kubectl("-n", "vmlane-system", "set", "image", "ds/vmlane", "vmlaned="+next, "install-cni="+next); err != nil {
+			t.Fatal(out, err)
+		}
+	})
+}
+
+// underTraffic runs change, which rolls the vmlane DaemonSet, and waits for
+// the rollout, while plain pods ping the VMs across nodes every 200 ms for
+// 60 s (longer than a roll takes). It fails t for a lost ping, for a
+// vmlane route deleted even for a moment (`ip monitor route` on every
+// node), for routes or leases that changed, and unless every vmlane pod is
+// Ready after.
+func underTraffic(t *testing.T, what string, change func()) {
+	t.Helper()
 	routes, leaseBefore := map[string]string{}, map[string][]string{}
 	for _, n := range c.RealNodes {
 		routes[n.Name], leaseBefore[n.Name] = n.Routes(), leaseLines(t, n)
@@ -350,7 +365,6 @@ func TestDaemonSetUpgradeUnderTraffic(t *testing.T) {
 		}
 		monitors, outs = append(monitors, m), append(outs, &b)
 	}
-	// 60 s of pings at 5 a second, longer than the roll takes.
 	const count = 300
 	var wg sync.WaitGroup
 	results := make([]string, 2)
@@ -364,13 +378,11 @@ func TestDaemonSetUpgradeUnderTraffic(t *testing.T) {
 	}
 	time.Sleep(3 * time.Second)
 	began := time.Now()
-	if out, err := c.Kubectl("-n", "vmlane-system", "set", "image", "ds/vmlane", "vmlaned="+next, "install-cni="+next); err != nil {
-		t.Fatal(out, err)
-	}
+	change()
 	if out, err := c.Kubectl("-n", "vmlane-system", "rollout", "status", "ds/vmlane", "--timeout=3m"); err != nil {
 		t.Fatalf("rollout: %v\n%s", err, out)
 	}
-	t.Logf("DaemonSet rolled to %s on %d nodes in %s", next, len(c.RealNodes), time.Since(began).Round(time.Second))
+	t.Logf("%s: the DaemonSet rolled on %d nodes in %s", what, len(c.RealNodes), time.Since(began).Round(time.Second))
 	wg.Wait()
 	for _, m := range monitors {
 		m.Process.Kill()
@@ -378,13 +390,14 @@ func TestDaemonSetUpgradeUnderTraffic(t *testing.T) {
 	}
 	for i, r := range results {
 		if !got[i].OK {
-			t.Errorf("pings during the roll: %d of %d answered\n%s", got[i].Recv, count, r)
+			t.Errorf("pings during %s: %d of %d answered\n%s", what, got[i].Recv, count, r)
 		}
 	}
+	t.Logf("%s: pings answered %d of %d and %d of %d", what, got[0].Recv, count, got[1].Recv, count)
 	for i, n := range c.RealNodes {
 		for _, line := range strings.Split(outs[i].String(), "\n") {
 			if strings.HasPrefix(line, "Deleted") && strings.Contains(line, "proto 77") {
-				t.Errorf("%s: a vmlane route went away during the roll: %s", n.Name, line)
+				t.Errorf("%s: a vmlane route went away during %s: %s", n.Name, what, line)
 			}
 		}
 		if got := n.Routes(); got != routes[n.Name] {
@@ -394,9 +407,75 @@ func TestDaemonSetUpgradeUnderTraffic(t *testing.T) {
 			t.Errorf("%s: leases changed:\nbefore:\n%s\nafter:\n%s", n.Name, strings.Join(leaseBefore[n.Name], "\n"), strings.Join(got, "\n"))
 		}
 	}
-	cluster.WaitFor(t, time.Minute, "vmlane pods ready on the new image", func() (bool, string) {
+	cluster.WaitFor(t, time.Minute, "vmlane pods ready after "+what, func() (bool, string) {
 		return c.PodsReady("vmlane-system", "app.kubernetes.io/name=vmlane", len(c.RealNodes))
 	})
+}
+
+// TestRollBackAndForward: the DaemonSet rolled back to the previous
+// version of vmlane (a commit of this repository's history until there is
+// a release: Makefile's PREVIOUS, built by internal/testing/previous with
+// its own image build), a VM (vmlane.io/vm) started under it, and the
+// DaemonSet rolled forward again, each roll while plain pods ping the VMs
+// (underTraffic: no ping lost, no route withdrawn, routes and leases
+// unchanged): the downgrade keeps what this version wrote, the upgrade
+// what the previous one wrote, the VM's VMClaim included, and the VM's
+// guest answers after it. The tests after it run on the version rolled
+// forward to: a VM's restart keeps its addresses.
+func TestRollBackAndForward(t *testing.T) {
+	prev := os.Getenv("VMLANE_PREVIOUS_IMAGE")
+	if prev == "" {
+		t.Fatal("VMLANE_PREVIOUS_IMAGE is not set: make previous builds the previous version's image (make test and make e2e-real set it)")
+	}
+	rt, err := cluster.RuntimeDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const previous = "ghcr.io/vmlane/vmlane:previous"
+	for _, n := range c.RealNodes {
+		ctr := filepath.Join(rt, "ctr")
+		if n.Runtime == cluster.Containerd16 {
+			ctr = filepath.Join(rt, "containerd-1.6", "ctr")
+		}
+		if out, err := exec.Command(ctr, "--address", n.ContainerdSocket(), "-n", "k8s.io", "images", "import", prev).CombinedOutput(); err != nil {
+			t.Fatalf("%s: importing %s: %v\n%s", n.Name, prev, err, out)
+		}
+	}
+	current := c.MustKubectl(t, "-n", "vmlane-system", "get", "ds/vmlane", "-o", "jsonpath={.spec.template.spec.containers[0].image}")
+	roll := func(what, image string) {
+		t.Helper()
+		underTraffic(t, what, func() {
+			if out, err := c.Kubectl("-n", "vmlane-system", "set", "image", "ds/vmlane", "vmlaned="+image, "install-cni="+image); err != nil {
+				t.Fatal(out, err)
+			}
+		})
+	}
+	roll("the roll back to the previous version", previous)
+
+	// A VM, and its claim, made by the previous version.
+	addr := c.StartVMPod(t, "rollvm-1", "node-a", cluster.VMGuest{VM: "rollvm"}).IP
+	c.WaitGuest(t, "rollvm-1")
+	t.Cleanup(func() {
+		c.Kubectl("delete", "pod", "rollvm-1", "--wait=true", "--timeout=60s")
+		releaseVM(t, "rollvm")
+	})
+	claims := func() string {
+		return c.MustKubectl(t, "get", "vmclaims", "-A", "-o", "custom-columns=NS:.metadata.namespace,NAME:.metadata.name,IPV4:.status.ipv4,IPV6:.status.ipv6,MAC:.status.mac,NODE:.status.node,HOME:.status.home,POD:.status.pod")
+	}
+	cluster.WaitFor(t, 30*time.Second, "VMClaim default/rollvm", func() (bool, string) {
+		out := claims()
+		return strings.Contains(out, "rollvm"), out
+	})
+	before := claims()
+
+	roll("the roll forward to this version", current)
+	if got := claims(); got != before {
+		t.Errorf("after the roll forward, the VMClaims:\n%s\nwant them as the previous version wrote them:\n%s", got, before)
+	}
+	// The VM's guest still answers at its address, from another node.
+	if r, out := c.PingFrom(web["node-b"][0], addr, 5, "0.2"); !r.OK {
+		t.Errorf("after the roll forward, rollvm's guest at %s: %d of 5 answered\n%s", addr, r.Recv, out)
+	}
 }
 
 // TestDelAfterPodCIDRChange: a pod deleted after its node's conflist moved

@@ -45,13 +45,15 @@ bootstrap)
 esac`,
 }
 
-func TestInstall(t *testing.T) {
+// fakeMac makes dir/tools (the fake macOS tools, plutil being this test
+// binary) and dir/root (VMLANE_ROOT), and returns them.
+func fakeMac(t *testing.T, dir string) (tools, root string) {
+	t.Helper()
 	if os.Getuid() != 0 {
 		t.Skip("install.sh checks that it runs as root")
 	}
-	dir := t.TempDir()
-	tools, root, bin := filepath.Join(dir, "tools"), filepath.Join(dir, "root"), filepath.Join(dir, "bin")
-	for _, d := range []string{tools, root, bin} {
+	tools, root = filepath.Join(dir, "tools"), filepath.Join(dir, "root")
+	for _, d := range []string{tools, root} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -66,6 +68,16 @@ func TestInstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := os.Symlink(self, filepath.Join(tools, "plutil")); err != nil {
+		t.Fatal(err)
+	}
+	return tools, root
+}
+
+func TestInstall(t *testing.T) {
+	dir := t.TempDir()
+	tools, root := fakeMac(t, dir)
+	bin := filepath.Join(dir, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	for _, b := range []string{"vmlaned", "vmlanectl"} {
@@ -143,4 +155,55 @@ func TestInstall(t *testing.T) {
 			t.Errorf("%s left after --uninstall (%v)", p, err)
 		}
 	}
+}
+
+// A release's macOS archive unpacked (internal/tools/release: install.sh,
+// the plist and the binaries in one folder) installs from where it is,
+// with no --bin and run from another folder.
+func TestInstallFromUnpackedArchive(t *testing.T) {
+	dir := t.TempDir()
+	tools, root := fakeMac(t, dir)
+	unpacked := filepath.Join(dir, "vmlane-v0.4.0-darwin-arm64")
+	if err := os.MkdirAll(unpacked, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"install.sh", "dev.vmlane.vmlaned.plist"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(unpacked, f), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, b := range []string{"vmlaned", "vmlanectl"} {
+		if err := os.WriteFile(filepath.Join(unpacked, b), []byte("#!/bin/sh\n# "+b+" from the archive\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kc := filepath.Join(dir, "node.kubeconfig")
+	os.WriteFile(kc, []byte("apiVersion: v1\n"), 0o600)
+	cmd := exec.Command("sh", filepath.Join(unpacked, "install.sh"), "--kubeconfig", kc)
+	cmd.Dir = t.TempDir() // not the archive's folder, where ./bin would be looked for
+	cmd.Env = append(os.Environ(), "PATH="+tools+":"+os.Getenv("PATH"), "VMLANE_ROOT="+root)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("install.sh from the unpacked archive: %v\n%s", err, out)
+	}
+	for _, b := range []string{"vmlaned", "vmlanectl"} {
+		got, err := os.ReadFile(filepath.Join(root, "usr/local/bin", b))
+		if err != nil || !strings.Contains(string(got), b+" from the archive") {
+			t.Errorf("/usr/local/bin/%s: %q, %v; want the archive's", b, got, err)
+		}
+	}
+	if err := checkPlistFile(filepath.Join(root, "Library/LaunchDaemons/dev.vmlane.vmlaned.plist")); err != nil {
+		t.Errorf("the installed plist: %v", err)
+	}
+}
+
+func checkPlistFile(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return checkPlist(b)
 }
