@@ -94,6 +94,9 @@ mapfile -t pkgs < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' "$repo/man
 rootkey=$(printf '%s\n' "$suite" "${pkgs[@]}" "recipe=$recipe" | sha)
 root=$cache/rootfs-$rootkey
 root_arm64=$cache/rootfs-arm64-$rootkey
+# What the arm64 root is made of: the native root's packages, unpacked by
+# foreign_root, whose recipe is the last word.
+root_arm64_stamp="$suite arm64 $rootkey foreign=2"
 # imagebuild's sources and this script: a change to either may change
 # every image.
 shopt -s nullglob
@@ -105,7 +108,7 @@ tool=$(echo | sha "${tool_src[@]}" "$repo/go.mod" "$repo/go.sum" "$here/build.sh
 goversion=$(go env GOVERSION 2>/dev/null || echo none)
 vmlane_key=$(echo "$tool $rootkey $tag" |
 	sha "${binaries[@]/#/$bin/}" "$repo/manifests/image/entrypoint.sh")
-vmlane_arm64_key=$(echo "$tool $rootkey $tag arm64" |
+vmlane_arm64_key=$(echo "$tool $root_arm64_stamp $tag" |
 	sha "${binaries[@]/#/$bin_arm64/}" "$repo/manifests/image/entrypoint.sh")
 pause_key=$(echo "$tool $goversion" | sha "$here"/pause/*.go)
 busybox_key=$(echo "$tool" | sha /bin/busybox)
@@ -161,7 +164,7 @@ if [[ ! -f $root/.stamp ]]; then
 	}
 fi
 # The same packages for arm64, unpacked (seconds once downloaded).
-foreign_root "$root" "$root_arm64" arm64 "$suite" "$suite arm64 $rootkey foreign=2"
+foreign_root "$root" "$root_arm64" arm64 "$suite" "$root_arm64_stamp"
 # Older roots are of another package list or recipe.
 for old in "$cache"/rootfs-*; do
 	[[ $old == "$root" || $old == "$root".* || $old == "$root_arm64" || $old == "$root_arm64".* ]] || remove "$old"
