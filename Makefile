@@ -37,27 +37,33 @@ CNI_PLUGINS_DIR     = $(CACHE)/cni-plugins/$(CNI_PLUGINS_VERSION)
 
 all: build
 
+# install-portmap DIR,GOARCH: the reference portmap plugin, at the CNI
+# plugins version go.mod pins, for linux/GOARCH, into DIR, unless DIR has
+# that version. go install puts it in GOPATH/bin, or GOPATH/bin/linux_ARCH
+# when cross-built (it refuses a GOBIN then), whence it is copied.
+GO_HOST_ARCH = $(shell $(GO) env GOARCH)
+define install-portmap
+test -x $(1)/portmap -a "$$(cat $(1)/.portmap-version 2>/dev/null)" = "$(CNI_PLUGINS_VERSION)" || { \
+	CGO_ENABLED=0 GOARCH=$(2) GOBIN= $(GO) install github.com/containernetworking/plugins/plugins/meta/portmap@$(CNI_PLUGINS_VERSION) && \
+	gopath=$$($(GO) env GOPATH) && \
+	cp "$$( [ $(2) = $(GO_HOST_ARCH) ] && echo $$gopath/bin || echo $$gopath/bin/linux_$(2) )/portmap" $(1)/portmap && \
+	echo $(CNI_PLUGINS_VERSION) > $(1)/.portmap-version; }
+endef
+
 ## build: vmlane, vmlaned and vmlanectl into bin/, static (the plugin runs
 ## on the node under whatever libc it has; the image packs these), and the
 ## reference portmap plugin, which vmlane's conflists chain for hostPort
 build:
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(GO_LDFLAGS)' -o $(BIN)/ ./cmd/...
-	@test -x $(BIN)/portmap -a "$$(cat $(BIN)/.portmap-version 2>/dev/null)" = "$(CNI_PLUGINS_VERSION)" || { \
-		CGO_ENABLED=0 GOBIN=$(BIN) $(GO) install github.com/containernetworking/plugins/plugins/meta/portmap@$(CNI_PLUGINS_VERSION) && \
-		echo $(CNI_PLUGINS_VERSION) > $(BIN)/.portmap-version; }
+	@$(call install-portmap,$(BIN),$(GO_HOST_ARCH))
 
 ## build-arm64: the same binaries for linux/arm64 into bin/linux-arm64/,
 ## for the arm64 image
 build-arm64:
 	@mkdir -p $(BIN)/linux-arm64
 	CGO_ENABLED=0 GOARCH=arm64 $(GO) build -trimpath -ldflags '$(GO_LDFLAGS)' -o $(BIN)/linux-arm64/ ./cmd/...
-	@# go install puts a cross-built program under GOPATH/bin/linux_arm64
-	@# (it refuses a GOBIN for one).
-	@test -x $(BIN)/linux-arm64/portmap -a "$$(cat $(BIN)/linux-arm64/.portmap-version 2>/dev/null)" = "$(CNI_PLUGINS_VERSION)" || { \
-		CGO_ENABLED=0 GOARCH=arm64 GOBIN= $(GO) install github.com/containernetworking/plugins/plugins/meta/portmap@$(CNI_PLUGINS_VERSION) && \
-		cp "$$($(GO) env GOPATH)/bin/linux_arm64/portmap" $(BIN)/linux-arm64/portmap && \
-		echo $(CNI_PLUGINS_VERSION) > $(BIN)/linux-arm64/.portmap-version; }
+	@$(call install-portmap,$(BIN)/linux-arm64,arm64)
 
 ## helm: the helm command built from the module proxy, cached (the
 ## chart's checks, make manifests)
@@ -143,8 +149,10 @@ image: deps build build-arm64
 ## the release notes and SHA256SUMS (internal/tools/release/release.sh);
 ## publishing is .github/workflows/release.yml's
 release:
-	@echo "$(VERSION)" | grep -Eq '^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$$' || { \
-		echo "make release: VERSION=$(VERSION) is not a release version: give VERSION=vMAJOR.MINOR.PATCH (e.g. make release VERSION=v0.4.0)"; exit 2; }
+	@# Before any build: VERSION must be a release (internal/version's
+	@# IsRelease) with its section in CHANGELOG.md.
+	@$(GO) run ./internal/tools/release notes -version '$(VERSION)' -changelog CHANGELOG.md >/dev/null || { \
+		echo "make release: give VERSION=vMAJOR.MINOR.PATCH with its CHANGELOG.md section (e.g. make release VERSION=v0.4.0)"; exit 2; }
 	@start=$$(date +%s); \
 	$(MAKE) --no-print-directory deps controlplane helm build build-arm64 image VERSION=$(VERSION) && \
 	$(BIN)/vmlaned --version 2>&1 | grep -q "^vmlaned $(VERSION) " || { echo "make release: bin/vmlaned is not stamped $(VERSION)"; exit 1; }; \
@@ -219,8 +227,7 @@ e2e-real: deps guest controlplane realnode coredns conformance-tools qemu-user h
 	@# The images the nodes import, checked whole (the unit run, under
 	@# -race, reads only the small ones), the arm64 one's programs run
 	@# under qemu-aarch64-static.
-	VMLANE_IMAGE_DIR=$(CACHE)/images VMLANE_QEMU_AARCH64=$$(bash internal/testing/qemuuser/build.sh --print-dir $(CACHE)/qemu-user) \
-		$(GO) test -count=1 -run '^TestBuiltImages$$' ./internal/tools/imagebuild
+	$(TEST_ENV) $(GO) test -count=1 -run '^TestBuiltImages$$' ./internal/tools/imagebuild
 	@start=$$(date +%s); \
 	$(TEST_ENV) $(GO) test -tags e2e -count=1 -timeout 30m -v $(if $(RUN),-run '$(RUN)') ./e2e/realnode/ 2>&1 | tee /tmp/vmlane-e2e-real.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|e2e-realnode:|•|    |conformance:|  FAILED|  skipped|  left out)' ; \
 	rc=$${PIPESTATUS[0]}; echo "e2e-real: $$(( $$(date +%s) - start ))s in all (log: /tmp/vmlane-e2e-real.log)"; exit $$rc

@@ -294,6 +294,22 @@ func (n *RealNode) ContainerdSocket() string {
 	return filepath.Join(n.Dir, "run", "containerd", "containerd.sock")
 }
 
+// Ctr runs the ctr of the node's containerd (runtimeBin) against its
+// socket, in the k8s.io namespace the kubelet's images are in, and returns
+// its combined output.
+func (n *RealNode) Ctr(args ...string) (string, error) {
+	dir, err := RuntimeDir()
+	if err != nil {
+		return "", err
+	}
+	argv := append([]string{"--address", n.ContainerdSocket(), "-n", "k8s.io"}, args...)
+	out, err := exec.Command(filepath.Join(n.runtimeBin(dir), "ctr"), argv...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s: ctr %s: %w: %s", n.Name, strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
 // Log returns the tail of one of the node's logs: containerd.log,
 // kubelet.log, kube-proxy.log or init.log.
 func (n *RealNode) Log(name string, lines int) string {

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -319,19 +318,10 @@ func leaseLines(t *testing.T, n *cluster.RealNode) []string {
 // vmlane route is withdrawn even for a moment (ip monitor), and routes
 // and leases are the same afterwards.
 func TestDaemonSetUpgradeUnderTraffic(t *testing.T) {
-	rt, err := cluster.RuntimeDir()
-	if err != nil {
-		t.Fatal(err)
-	}
 	const next = "ghcr.io/vmlane/vmlane:e2e-next"
 	for _, n := range c.RealNodes {
-		ctr := filepath.Join(rt, "ctr")
-		if n.Runtime == cluster.Containerd16 {
-			ctr = filepath.Join(rt, "containerd-1.6", "ctr")
-		}
-		if out, err := exec.Command(ctr, "--address", n.ContainerdSocket(), "-n", "k8s.io", "images", "tag", "--force",
-			"ghcr.io/vmlane/vmlane:e2e", next).CombinedOutput(); err != nil {
-			t.Fatalf("%s: tagging %s: %v\n%s", n.Name, next, err, out)
+		if _, err := n.Ctr("images", "tag", "--force", "ghcr.io/vmlane/vmlane:e2e", next); err != nil {
+			t.Fatalf("tagging %s: %v", next, err)
 		}
 	}
 	underTraffic(t, "the roll to "+next, func() {
@@ -427,18 +417,10 @@ func TestRollBackAndForward(t *testing.T) {
 	if prev == "" {
 		t.Fatal("VMLANE_PREVIOUS_IMAGE is not set: make previous builds the previous version's image (make test and make e2e-real set it)")
 	}
-	rt, err := cluster.RuntimeDir()
-	if err != nil {
-		t.Fatal(err)
-	}
 	const previous = "ghcr.io/vmlane/vmlane:previous"
 	for _, n := range c.RealNodes {
-		ctr := filepath.Join(rt, "ctr")
-		if n.Runtime == cluster.Containerd16 {
-			ctr = filepath.Join(rt, "containerd-1.6", "ctr")
-		}
-		if out, err := exec.Command(ctr, "--address", n.ContainerdSocket(), "-n", "k8s.io", "images", "import", prev).CombinedOutput(); err != nil {
-			t.Fatalf("%s: importing %s: %v\n%s", n.Name, prev, err, out)
+		if _, err := n.Ctr("images", "import", prev); err != nil {
+			t.Fatalf("importing %s: %v", prev, err)
 		}
 	}
 	current := c.MustKubectl(t, "-n", "vmlane-system", "get", "ds/vmlane", "-o", "jsonpath={.spec.template.spec.containers[0].image}")

@@ -18,7 +18,8 @@ image.tag is set), then @digest when image.digest is set.
 {{- end }}
 
 {{/*
-The arguments both modes share.
+The arguments both modes share. A value left empty (null) passes no
+flag, and vmlaned's own default holds: the chart keeps no copy of it.
 */}}
 {{- define "vmlane.commonArgs" -}}
 - --health-addr=127.0.0.1:{{ .Values.healthPort }}
@@ -39,7 +40,7 @@ The arguments both modes share.
 {{- range .Values.crossSubnet.bgp.peers }}
 - --bgp-peer={{ . }}
 {{- end }}
-{{- if ne (int .Values.crossSubnet.bgp.maxPrefixes) 1000 }}
+{{- if not (kindIs "invalid" .Values.crossSubnet.bgp.maxPrefixes) }}
 - --bgp-max-prefixes={{ .Values.crossSubnet.bgp.maxPrefixes }}
 {{- end }}
 {{- with .Values.crossSubnet.bgp.passwordSecret }}
@@ -47,11 +48,11 @@ The arguments both modes share.
 {{- end }}
 {{- end }}
 {{- if eq .Values.crossSubnet.mode "vxlan" }}
-{{- if ne (int .Values.crossSubnet.vxlan.port) 4789 }}
-- --vxlan-port={{ .Values.crossSubnet.vxlan.port }}
+{{- with .Values.crossSubnet.vxlan.port }}
+- --vxlan-port={{ . }}
 {{- end }}
-{{- if ne (int .Values.crossSubnet.vxlan.vni) 30316 }}
-- --vxlan-vni={{ .Values.crossSubnet.vxlan.vni }}
+{{- with .Values.crossSubnet.vxlan.vni }}
+- --vxlan-vni={{ . }}
 {{- end }}
 {{- end }}
 {{- end }}

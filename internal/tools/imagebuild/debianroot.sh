@@ -59,16 +59,6 @@ apt_mirror() {
 	} | awk '$1 == 1 || $2 ~ /\/debian\/?$/' | grep -E '^[12] (https?|file)://' | sort -s -k1,1 | head -n1 | cut -d' ' -f2
 }
 
-# ensure_debootstrap installs debootstrap when it is missing.
-ensure_debootstrap() {
-	command -v debootstrap >/dev/null && return 0
-	log "installing debootstrap"
-	local out
-	export DEBIAN_FRONTEND=noninteractive
-	out=$(apt-get update -qq 2>&1 && apt-get install -y -qq --no-install-recommends debootstrap 2>&1) ||
-		die "installing debootstrap failed: $out"
-}
-
 # slim ROOT slims a Debian root as debian:12-slim: no documentation but
 # the copyright files, no manual pages or translations, no package lists
 # or caches, nor ldconfig's aux-cache (which records inodes and times and
@@ -106,7 +96,7 @@ debian_root() {
 	local root=$1 suite=$2 stamp=$3 mirror t0 r
 	shift 3
 	[[ -f $root/.stamp && $(<"$root/.stamp") == "$stamp" ]] && return 0
-	ensure_debootstrap
+	ensure_tool debootstrap debootstrap
 	mirror=${VMLANE_DEBIAN_MIRROR:-$(apt_mirror "$suite")}
 	mirror=${mirror:-http://deb.debian.org/debian}
 	log "debootstrap $suite (minbase + $*) from $mirror, about a minute"

@@ -36,13 +36,7 @@ var darwinFiles = []struct {
 // binaries and the plist beside itself.
 func writeDarwinArchive(out, ver, arch, bin, darwin string, mtime time.Time) error {
 	top := fmt.Sprintf("vmlane-%s-darwin-%s", ver, arch)
-	var buf bytes.Buffer
-	err := func() error {
-		gz, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
-		if err != nil {
-			return err
-		}
-		tw := tar.NewWriter(gz)
+	return writeTgz(out, func(tw *tar.Writer) error {
 		if err := tw.WriteHeader(header(top+"/", tar.TypeDir, 0o755, 0, mtime)); err != nil {
 			return err
 		}
@@ -65,12 +59,26 @@ func writeDarwinArchive(out, ver, arch, bin, darwin string, mtime time.Time) err
 				return err
 			}
 		}
-		if err := tw.Close(); err != nil {
-			return err
-		}
-		return gz.Close()
-	}()
+		return nil
+	})
+}
+
+// writeTgz writes out, atomically, as a tar that fill writes, gzipped
+// without a name or time.
+func writeTgz(out string, fill func(*tar.Writer) error) error {
+	var buf bytes.Buffer
+	gz, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
 	if err != nil {
+		return err
+	}
+	tw := tar.NewWriter(gz)
+	if err := fill(tw); err != nil {
+		return err
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	if err := gz.Close(); err != nil {
 		return err
 	}
 	return atomicfile.WriteFile(out, buf.Bytes(), 0o644)
@@ -90,41 +98,30 @@ func normalizeTgz(in, out string, mtime time.Time) error {
 		return fmt.Errorf("%s: %w", in, err)
 	}
 	tr := tar.NewReader(zr)
-	var buf bytes.Buffer
-	gz, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
-	if err != nil {
-		return err
-	}
-	tw := tar.NewWriter(gz)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
+	return writeTgz(out, func(tw *tar.Writer) error {
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("%s: %w", in, err)
+			}
+			switch h.Typeflag {
+			case tar.TypeReg, tar.TypeDir, tar.TypeSymlink:
+			default:
+				return fmt.Errorf("%s: %s is neither a file, a folder nor a symlink", in, h.Name)
+			}
+			nh := header(h.Name, h.Typeflag, h.Mode&0o7777, h.Size, mtime)
+			nh.Linkname = h.Linkname
+			if err := tw.WriteHeader(nh); err != nil {
+				return err
+			}
+			if _, err := io.Copy(tw, tr); err != nil {
+				return err
+			}
 		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", in, err)
-		}
-		switch h.Typeflag {
-		case tar.TypeReg, tar.TypeDir, tar.TypeSymlink:
-		default:
-			return fmt.Errorf("%s: %s is neither a file, a folder nor a symlink", in, h.Name)
-		}
-		nh := header(h.Name, h.Typeflag, h.Mode&0o7777, h.Size, mtime)
-		nh.Linkname = h.Linkname
-		if err := tw.WriteHeader(nh); err != nil {
-			return err
-		}
-		if _, err := io.Copy(tw, tr); err != nil {
-			return err
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return err
-	}
-	if err := gz.Close(); err != nil {
-		return err
-	}
-	return atomicfile.WriteFile(out, buf.Bytes(), 0o644)
+	})
 }
 
 // header is a tar header with nothing of the machine that wrote it: owner

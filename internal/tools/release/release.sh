@@ -56,9 +56,13 @@ tool=$work/release
 for f in vmlane.tar vmlane-arm64.tar; do
 	[[ -f $images/$f ]] || die "$images/$f is missing: make image builds it"
 done
-rm -rf "$dist"
 mkdir -p "$dist"
 dist=$(cd "$dist" && pwd)
+# dist/ is made new: never a folder that holds anything else of value.
+case $dist in
+/ | "$repo" | "$HOME" | "$repo"/.cache* | "$repo"/bin*) die "DIST_DIR $dist would be emptied: give a folder of its own (make release uses dist/)" ;;
+esac
+find "$dist" -mindepth 1 -delete
 mv "$work/notes" "$dist/RELEASE-NOTES.md"
 
 log "image index and per-arch tarballs"
