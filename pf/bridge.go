@@ -2,16 +2,42 @@ package pf
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/vmlane/vmlane/internal/netaddr"
 )
 
 // Iface is a network interface as CheckBridge needs it.
 type Iface struct {
 	Name  string
 	Addrs []netip.Prefix
+}
+
+// Interfaces lists the system's interfaces with their addresses, as
+// CheckBridge needs them.
+func Interfaces() ([]Iface, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Iface, 0, len(ifs))
+	for _, ifc := range ifs {
+		pi := Iface{Name: ifc.Name}
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok {
+				if p := netaddr.Prefix(n); p.IsValid() {
+					pi.Addrs = append(pi.Addrs, p)
+				}
+			}
+		}
+		out = append(out, pi)
+	}
+	return out, nil
 }
 
 // BridgeState is what vmnet's bridge says about the subnet.
@@ -29,6 +55,10 @@ const (
 	// its configuration since vmlaned changed it: the VMs are not on the
 	// podCIDR, and other nodes' routes to it lead nowhere.
 	BridgeMismatch
+	// BridgeNotServed (macOS 26 and later): vmlane-vmnet holds no network
+	// for the node (it is not running, waits for the description, or
+	// vmnet refused the network): no VM can join the pod network.
+	BridgeNotServed
 )
 
 // BridgeStatus is CheckBridge's finding.
@@ -123,6 +153,8 @@ func (s BridgeStatus) Message(podCIDR netip.Prefix) string {
 		return "vmnet's shared network is not up (no VM uses it yet)"
 	case BridgeMatch:
 		return fmt.Sprintf("vmnet's shared network is on podCIDR %s (%s)", podCIDR, strings.Join(s.Bridges, ", "))
+	case BridgeNotServed:
+		return fmt.Sprintf("vmlane-vmnet holds no network on podCIDR %s", podCIDR)
 	}
 	return fmt.Sprintf("vmnet's shared network is not on podCIDR %s: want gateway %s on a vmnet bridge, have %s. "+
 		"vmnet moves to another subnet when its own is in use (a VPN, another interface), and reads its configuration only when the shared network starts: "+

@@ -10,9 +10,8 @@
 //     /Library/Preferences/SystemConfiguration/com.apple.vmnet.plist, which
 //     vmnet reads when its shared network starts (EditPlist, ApplyPlist);
 //   - from macOS 26, which ignores those keys, a JSON description of the
-//     network (Network) that a VM runtime passes to the vmnet_network API
-//     (vmnet_network_configuration_set_ipv4_subnet and its DHCP
-//     reservations).
+//     network (Network) that vmlane-vmnet makes the network from with the
+//     vmnet_network API and hands to VM runtimes (package pf/vmnet).
 //
 // Everything that decides is pure and tested on any system with golden
 // files: NoNATRules and RenderAnchor, EditPlist, Network.Marshal, ModeFor,

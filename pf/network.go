@@ -14,21 +14,22 @@ import (
 // macOS 26 and later.
 const DefaultNetworkFile = "/var/db/vmlane/vmnet-network.json"
 
-// Network describes the node's vmnet shared network for macOS 26 and
-// later, where vmnet ignores its plist's Shared_Net_* keys and each VM
-// runtime configures the network itself through the vmnet_network API.
-// A runtime maps it field by field:
+// Network describes the node's vmnet network for macOS 26 and later, where
+// vmnet ignores its plist's Shared_Net_* keys: vmlaned writes it from the
+// Node's podCIDR, and vmlane-vmnet (package pf/vmnet) makes the network
+// from it with the vmnet_network API, field by field:
 //
 //	cfg := vmnet_network_configuration_create(VMNET_SHARED_MODE, &status)
-//	vmnet_network_configuration_set_ipv4_subnet(cfg, &subnet, &mask)     // "subnet" (network address), "mask"
+//	vmnet_network_configuration_set_ipv4_subnet(cfg, &gateway, &mask)    // "gateway" (the first host), "mask"
+//	vmnet_network_configuration_set_ipv6_prefix(cfg, &prefix, len)        // "ipv6Prefix", when there
 //	vmnet_network_configuration_set_mtu(cfg, mtu)                         // "mtu", when not 0
 //	vmnet_network_configuration_add_dhcp_reservation(cfg, &mac, &ip)      // each of "reservations"
 //	net := vmnet_network_create(cfg, &status)
 //
 // vmnet gives the host the subnet's second address, which is "gateway",
 // and reserves the first and the last. Reservations cannot change while
-// the network is active: a runtime picks up a changed file the next time it
-// creates the network.
+// the network is active: vmlane-vmnet makes the network anew with a
+// changed file once no client holds it.
 type Network struct {
 	// Version is the format's version, 1.
 	Version int `json:"version"`
@@ -39,7 +40,10 @@ type Network struct {
 	Gateway netip.Addr   `json:"gateway"`
 	// Mask is Subnet's mask in dotted form, as set_ipv4_subnet takes it.
 	Mask string `json:"mask"`
-	MTU  int    `json:"mtu,omitempty"`
+	// IPv6Prefix is the node's IPv6 pod prefix on a dual-stack node
+	// (vmnet_network_configuration_set_ipv6_prefix).
+	IPv6Prefix netip.Prefix `json:"ipv6Prefix,omitzero"`
+	MTU        int          `json:"mtu,omitempty"`
 	// DNS is what the VMs should use (vmnet's DHCP server announces its
 	// own DNS proxy at the gateway; runtimes that configure guests
 	// themselves use these).

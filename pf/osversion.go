@@ -13,9 +13,9 @@ const (
 	// ModePlist: vmnet reads Shared_Net_Address and Shared_Net_Mask from
 	// its plist when the shared network starts (macOS up to 15).
 	ModePlist VmnetMode = iota + 1
-	// ModeNetworkAPI: vmnet ignores those keys; VM runtimes create the
+	// ModeNetworkAPI: vmnet ignores those keys; vmlane-vmnet creates the
 	// network with the vmnet_network API from the JSON description
-	// vmlaned writes (macOS 26 and later).
+	// vmlaned writes, and hands it to VM runtimes (macOS 26 and later).
 	ModeNetworkAPI
 )
 

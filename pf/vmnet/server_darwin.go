@@ -1,0 +1,68 @@
+package vmnet
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/ebitengine/purego/objc"
+)
+
+// Listen answers the broker protocol on the Mach service named service
+// (launchd must list it in the job's MachServices) for s until the
+// returned stop is called. groups gives a user's supplementary groups for
+// the Policy check (nil: none). Every event runs on one serial dispatch
+// queue, so s sees one call at a time.
+func Listen(service string, s Server, groups func(uid uint32) []uint32) (stop func(), err error) {
+	x, err := openXPC()
+	if err != nil {
+		return nil, err
+	}
+	q := x.queueCreate(service, 0) // DISPATCH_QUEUE_SERIAL is NULL
+	l := x.createMachService(service, q, machServiceListener)
+	if l == nil {
+		return nil, fmt.Errorf("xpc_connection_create_mach_service(%q): no listener (is the service in the launchd job's MachServices?)", service)
+	}
+	var next uint64
+	onListener := objc.NewBlock(func(_ objc.Block, ev unsafe.Pointer) {
+		if x.getType(ev) != x.typeConnection {
+			return // the listener's own errors: launchd stopped us, or cancel
+		}
+		next++
+		id, conn := next, ev
+		p := Peer{PID: int(x.getPID(conn)), UID: x.getEUID(conn), GID: x.getEGID(conn)}
+		if groups != nil {
+			p.Groups = groups(p.UID)
+		}
+		s.Connected(id, p)
+		onPeer := objc.NewBlock(func(_ objc.Block, m unsafe.Pointer) {
+			switch x.getType(m) {
+			case x.typeDictionary:
+				req := Request{Command: x.dictGetString(m, KeyCommand), NetworkName: x.dictGetString(m, KeyNetworkName)}
+				rep, ser := s.Request(id, p, req)
+				r := x.dictCreateReply(m)
+				if r == nil {
+					return // not a message that wants a reply
+				}
+				if rep.Network() {
+					x.dictSetValue(r, KeyNetwork, uintptr(ser))
+				} else {
+					x.dictSetInt64(r, KeyError, int64(rep.Error))
+				}
+				x.sendMessage(conn, r)
+				x.release(r)
+			case x.typeError:
+				if is(m, x.errInvalid) {
+					s.Disconnected(id)
+				}
+			}
+		})
+		x.setEventHandler(conn, onPeer)
+		onPeer.Release() // the connection holds its copy
+		x.setTargetQueue(conn, q)
+		x.resume(conn)
+	})
+	x.setEventHandler(l, onListener)
+	onListener.Release()
+	x.resume(l)
+	return func() { x.cancel(l) }, nil
+}
