@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"strings"
 )
 
 // Neighbor is an entry of the node's ARP table: an IPv4 address, the MAC
@@ -46,29 +45,35 @@ func FindIP(path, mac string) (ip netip.Addr, from string, ok bool, err error) {
 	if err != nil {
 		return netip.Addr{}, "", false, fmt.Errorf("no lease for %s, and the ARP table: %w", m, err)
 	}
-	if ip, ok := neighborOn(ns, m, ifName, isVmnetBridge); ok {
+	if ip, ok := neighborOn(ns, m, ifAddrs); ok {
 		return ip, "arp", true, nil
 	}
 	return netip.Addr{}, "", false, nil
 }
 
-// The node's ARP table and interface names (readARP, interfaceName);
-// tests replace them.
+// The node's ARP table and an interface's addresses (readARP,
+// interfaceAddrs); tests replace them.
 var (
 	arpTable = readARP
-	ifName   = interfaceName
+	ifAddrs  = interfaceAddrs
 )
 
-// isVmnetBridge reports whether an interface is one of vmnet's bridges
-// (bridge100, bridge101…).
-func isVmnetBridge(name string) bool { return strings.HasPrefix(name, "bridge") }
-
-// neighborOn is the address of mac among ns on an interface that keep
-// accepts (by the name nameOf gives its index).
-func neighborOn(ns []Neighbor, mac string, nameOf func(int) string, keep func(string) bool) (netip.Addr, bool) {
+// neighborOn is the address of mac among ns on a VM network's bridge: an
+// interface (addrsOf gives its addresses by index) that holds the gateway,
+// the first host, of the neighbour's subnet, as vmnet gives the host of
+// every network it makes. The bridge is found by that address, not by its
+// name: macOS 26's vmnet_network networks are not bound to vmnet's
+// bridge1NN names, and a Mac's LAN interface, whose subnet's first host is
+// the router, is left out.
+func neighborOn(ns []Neighbor, mac string, addrsOf func(int) []netip.Prefix) (netip.Addr, bool) {
 	for _, n := range ns {
-		if n.MAC == mac && keep(nameOf(n.Index)) {
-			return n.IP, true
+		if n.MAC != mac {
+			continue
+		}
+		for _, a := range addrsOf(n.Index) {
+			if a.Contains(n.IP) && a.Addr() == a.Masked().Addr().Next() {
+				return n.IP, true
+			}
 		}
 	}
 	return netip.Addr{}, false

@@ -2,6 +2,7 @@ package leases
 
 import (
 	"net"
+	"net/netip"
 	"syscall"
 )
 
@@ -15,10 +16,28 @@ func readARP() ([]Neighbor, error) {
 	return ParseARPDump(b)
 }
 
-func interfaceName(index int) string {
+// interfaceAddrs is the addresses of the interface with index.
+func interfaceAddrs(index int) []netip.Prefix {
 	ifc, err := net.InterfaceByIndex(index)
 	if err != nil {
-		return ""
+		return nil
 	}
-	return ifc.Name
+	addrs, err := ifc.Addrs()
+	if err != nil {
+		return nil
+	}
+	var out []netip.Prefix
+	for _, a := range addrs {
+		n, ok := a.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		ip, ok := netip.AddrFromSlice(n.IP)
+		ones, bits := n.Mask.Size()
+		if !ok || bits == 0 {
+			continue
+		}
+		out = append(out, netip.PrefixFrom(ip.Unmap(), ones-(bits-ip.Unmap().BitLen())))
+	}
+	return out
 }

@@ -33,6 +33,17 @@ func rtMsg(family byte, ip []byte, flags uint32, index uint16, mac []byte) []byt
 	return m
 }
 
+// testIfAddrs: index 7 is vmnet's bridge (the host holds the first host
+// of 192.168.64.0/24), 9 a macOS 26 network's bridge of any name on a
+// podCIDR, 4 the Mac's LAN (whose first host is the router).
+func testIfAddrs(i int) []netip.Prefix {
+	return map[int][]netip.Prefix{
+		7: {netip.MustParsePrefix("192.168.64.1/24")},
+		9: {netip.MustParsePrefix("fe80::1/64"), netip.MustParsePrefix("10.244.5.1/24")},
+		4: {netip.MustParsePrefix("10.1.2.20/16")},
+	}[i]
+}
+
 func arpDump() []byte {
 	var b []byte
 	b = append(b, rtMsg(afInet, []byte{192, 168, 64, 5}, rtfLLInfo|0x1, 7, []byte{0x52, 0x54, 0, 0xab, 0xcd, 0x1})...)
@@ -40,6 +51,7 @@ func arpDump() []byte {
 	b = append(b, rtMsg(afInet, []byte{10, 0, 0, 9}, 0x1, 4, []byte{2, 0, 0, 0, 0, 9})...)   // not ARP
 	b = append(b, rtMsg(30, []byte{0xfe, 0x80}, rtfLLInfo, 7, []byte{2, 0, 0, 0, 0, 10})...) // IPv6
 	b = append(b, rtMsg(afInet, []byte{10, 1, 2, 3}, rtfLLInfo, 4, []byte{0xa, 0xb, 0xc, 0xd, 0xe, 0xf})...)
+	b = append(b, rtMsg(afInet, []byte{10, 244, 5, 9}, rtfLLInfo, 9, []byte{2, 0, 0xa, 0xf4, 5, 9})...)
 	return b
 }
 
@@ -51,6 +63,7 @@ func TestParseARPDump(t *testing.T) {
 	want := []Neighbor{
 		{IP: netip.MustParseAddr("192.168.64.5"), MAC: "52:54:00:ab:cd:01", Index: 7},
 		{IP: netip.MustParseAddr("10.1.2.3"), MAC: "0a:0b:0c:0d:0e:0f", Index: 4},
+		{IP: netip.MustParseAddr("10.244.5.9"), MAC: "02:00:0a:f4:05:09", Index: 9},
 	}
 	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
 		t.Errorf("ParseARPDump (-want +got):\n%s", diff)
@@ -71,15 +84,16 @@ func TestParseARPDump(t *testing.T) {
 
 // TestFindIPFallsBackToARP: a guest bootpd recorded under a DUID-EN
 // client identifier (no MAC in it) is found on the vmnet bridge's ARP
-// table; one the lease file names is found there first; a MAC on another
-// interface (the Mac's LAN) is not taken.
+// table, and on a macOS 26 network's bridge whatever its name (the bridge
+// is found by its gateway address); one the lease file names is found
+// there first; a MAC on another interface (the Mac's LAN) is not taken.
 func TestFindIPFallsBackToARP(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "dhcpd_leases")
 	os.WriteFile(path, []byte("{\n\tname=duid-en\n\tip_address=192.168.64.5\n\thw_address=ff,1:2:3:4:0:2:0:0:ab:11:72:3e:92:23:14:1d\n\tlease=0x7fffffff\n}\n"+
 		"{\n\tname=mac\n\tip_address=192.168.64.7\n\thw_address=1,52:54:0:ab:cd:7\n\tlease=0x7fffffff\n}\n"), 0o644)
 	arpTable = func() ([]Neighbor, error) { return ParseARPDump(arpDump()) }
-	ifName = func(i int) string { return map[int]string{7: "bridge100", 4: "en0"}[i] }
-	t.Cleanup(func() { arpTable, ifName = readARP, interfaceName })
+	ifAddrs = testIfAddrs
+	t.Cleanup(func() { arpTable, ifAddrs = readARP, interfaceAddrs })
 
 	for _, tc := range []struct {
 		mac, ip, from string
@@ -87,7 +101,8 @@ func TestFindIPFallsBackToARP(t *testing.T) {
 	}{
 		{"52:54:00:ab:cd:07", "192.168.64.7", "lease", true},
 		{"52:54:00:AB:CD:01", "192.168.64.5", "arp", true},
-		{"0a:0b:0c:0d:0e:0f", "", "", false}, // on en0
+		{"0a:0b:0c:0d:0e:0f", "", "", false},             // on the LAN
+		{"02:00:0a:f4:05:09", "10.244.5.9", "arp", true}, // a macOS 26 network's bridge
 		{"52:54:00:ff:ff:ff", "", "", false},
 	} {
 		ip, from, ok, err := FindIP(path, tc.mac)

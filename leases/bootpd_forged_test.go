@@ -74,8 +74,8 @@ func TestBootpdForgedClientID(t *testing.T) {
 				t.Fatal(err)
 			}
 			arpTable = func() ([]Neighbor, error) { return ParseARPDump(arpDump()) }
-			ifName = func(i int) string { return map[int]string{7: "bridge100", 4: "en0"}[i] }
-			t.Cleanup(func() { arpTable, ifName = readARP, interfaceName })
+			ifAddrs = testIfAddrs
+			t.Cleanup(func() { arpTable, ifAddrs = readARP, interfaceAddrs })
 			ip, from, ok, err := FindIP(path, victim)
 			if tc.ambiguous {
 				if ok || !errors.Is(err, ErrAmbiguousMAC) {

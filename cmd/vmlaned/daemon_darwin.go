@@ -50,11 +50,12 @@ func newPlatform(c *config, log *slog.Logger) (platform, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	log.Info("macOS node", "version", version, "vmnet", mode)
+	v := &vmnet{c: c, mode: mode, log: log.With("component", "vmnet")}
+	log.Info("macOS node", "version", version, "vmnet", mode, "path", v.path())
 	if c.DHCPRangeText != "" {
 		log.Warn("--dhcp-range is ignored on macOS: vmnet's own DHCP server serves the VMs")
 	}
-	return &darwinNode{c: c, log: log, v: &vmnet{c: c, mode: mode, log: log.With("component", "vmnet")}}, func() {}, nil
+	return &darwinNode{c: c, log: log, v: v}, func() {}, nil
 }
 
 func (*darwinNode) ipv4Why() string { return "vmnet's shared network is IPv4" }
@@ -63,13 +64,14 @@ func (d *darwinNode) setup(_ context.Context, subnet netip.Prefix, reg prometheu
 	if d.v.m == nil {
 		d.v.m = newVmnetMetrics(reg)
 	}
-	if d.c.PodCIDR6.IsValid() {
-		d.log.Info("the node's IPv6 podCIDR is not served: vmnet's shared network is IPv4 only", "podCIDR6", d.c.PodCIDR6)
+	if d.c.PodCIDR6.IsValid() && d.v.mode != pf.ModeNetworkAPI {
+		d.log.Info("the node's IPv6 podCIDR is not served: vmnet's shared network is IPv4 only before macOS 26", "podCIDR6", d.c.PodCIDR6)
 	}
 	return func() {}, d.v.configure(subnet)
 }
 
-func (d *darwinNode) standalone(ctx context.Context, subnet netip.Prefix) {
+func (d *darwinNode) standalone(ctx context.Context, subnet netip.Prefix, h *health) {
+	d.v.h = h
 	d.v.watch(ctx, subnet, nil)
 }
 
@@ -101,6 +103,7 @@ func (d *darwinNode) controller(_ context.Context, client kubernetes.Interface, 
 // what they find. Either problem makes the node's network unavailable.
 func (d *darwinNode) up(ctx context.Context, client kubernetes.Interface, ctrl *routes.Controller, recorder record.EventRecorder, subnet netip.Prefix, h *health) {
 	c, log := d.c, d.log
+	d.v.h = h
 	lastHook := ""
 	d.v.watch(ctx, subnet, func(st pf.BridgeStatus, msg string, changed bool) {
 		n, err := ctrl.Node(c.NodeName)
@@ -119,30 +122,39 @@ func (d *darwinNode) up(ctx context.Context, client kubernetes.Interface, ctrl *
 			lastHook = hook
 		}
 		mismatch := st.State == pf.BridgeMismatch
+		notServed := st.State == pf.BridgeNotServed
 		if !changed {
 			// A Node deleted and registered again comes back without
 			// the condition: set it again (as on Linux; the informer's
 			// cache has it, so the check costs no request).
-			if err != nil || mismatch || hook != "" || routes.NetworkAvailable(n) {
+			if err != nil || mismatch || notServed || hook != "" || routes.NetworkAvailable(n) {
 				return
 			}
 			log.Info("node lost its NetworkUnavailable=False condition; setting it again", "node", c.NodeName)
 		}
-		if changed && err == nil && mismatch {
+		if changed && err == nil && (mismatch || notServed) {
 			ref := &corev1.ObjectReference{Kind: "Node", Name: n.Name, UID: n.UID, APIVersion: "v1"}
-			recorder.Event(ref, corev1.EventTypeWarning, "VmnetSubnetMismatch", msg)
+			reason := "VmnetSubnetMismatch"
+			if notServed {
+				reason = "VmnetNotServed"
+			}
+			recorder.Event(ref, corev1.EventTypeWarning, reason, msg)
 		}
 		// A mismatch makes the node's network unavailable (the node
 		// lifecycle controller taints it): pods scheduled here would
 		// get addresses no other node routes to.
+		// So does a macOS 26 node whose vmlane-vmnet holds no network:
+		// no VM can join the pod network there.
 		reason, condMsg := "VmlaneIsUp", "vmlane routes this node's pod subnet"
-		if mismatch {
+		switch {
+		case mismatch:
 			reason, condMsg = "VmnetSubnetMismatch", msg
-		}
-		if hook != "" && !mismatch {
+		case notServed:
+			reason, condMsg = "VmnetNotServed", msg
+		case hook != "":
 			reason, condMsg = "PfHookMissing", hook
 		}
-		unavailable := mismatch || hook != ""
+		unavailable := mismatch || notServed || hook != ""
 		if err := setNetworkCondition(ctx, client, c.NodeName, unavailable, reason, condMsg); err != nil {
 			log.Error("setting the NetworkUnavailable condition", "err", err)
 		}

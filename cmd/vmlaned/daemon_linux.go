@@ -65,7 +65,7 @@ func (l *linuxNode) setup(ctx context.Context, subnet netip.Prefix, reg promethe
 	return flush, nil
 }
 
-func (l *linuxNode) standalone(ctx context.Context, _ netip.Prefix) {
+func (l *linuxNode) standalone(ctx context.Context, _ netip.Prefix, _ *health) {
 	newConflistWatch(l.c).run(ctx, l.c.Resync, l.log, func(string) {})
 }
 

@@ -24,6 +24,20 @@ type health struct {
 	// lastOK returns when the last reconcile succeeded; nil in standalone
 	// mode, where there is nothing to reconcile.
 	lastOK func() time.Time
+	// detail is what /healthz adds after its verdict: on a Mac, which
+	// vmnet path the node takes and what it found.
+	detail atomic.Pointer[string]
+}
+
+// setDetail sets the lines /healthz adds.
+func (h *health) setDetail(s string) { h.detail.Store(&s) }
+
+// details is the lines /healthz adds, newline-terminated, or "".
+func (h *health) details() string {
+	if d := h.detail.Load(); d != nil && *d != "" {
+		return *d + "\n"
+	}
+	return ""
 }
 
 // healthy: a reconcile succeeded within the window, or the daemon is
@@ -49,10 +63,10 @@ func (h *health) mux() *http.ServeMux {
 	m := http.NewServeMux()
 	m.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		if err := h.healthy(time.Now()); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			http.Error(w, err.Error()+"\n"+h.details(), http.StatusServiceUnavailable)
 			return
 		}
-		fmt.Fprintln(w, "ok")
+		fmt.Fprint(w, "ok\n"+h.details())
 	})
 	m.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		if !h.ready.Load() {

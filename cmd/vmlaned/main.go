@@ -32,6 +32,7 @@ import (
 	"github.com/vmlane/vmlane/internal/version"
 	"github.com/vmlane/vmlane/leases"
 	"github.com/vmlane/vmlane/pf"
+	pfvmnet "github.com/vmlane/vmlane/pf/vmnet"
 	"github.com/vmlane/vmlane/plugin"
 	"github.com/vmlane/vmlane/routes"
 	"github.com/vmlane/vmlane/routes/bgp"
@@ -118,6 +119,8 @@ type config struct {
 	VmnetPlist       string
 	PFAnchor         string
 	VmnetNetworkFile string
+	// VmnetStateFile is vmlane-vmnet's report (macOS 26 and later).
+	VmnetStateFile string
 	// BootpdPlist is bootpd's configuration, where
 	// dhcp_ignore_client_identifier is set unless BootpdKeepClientID.
 	BootpdPlist        string
@@ -177,7 +180,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.PidFile, "pid-file", "", "write the daemon's pid here (for a log rotator to send SIGHUP)")
 	fs.StringVar(&c.VmnetPlist, "vmnet-plist", pf.DefaultVmnetPlist, "macOS up to 15: vmnet's plist, where the node's subnet is written")
 	fs.StringVar(&c.PFAnchor, "pf-anchor", pf.DefaultAnchor, "macOS: the pf anchor (under com.apple/) that holds vmlane's no-nat rules")
-	fs.StringVar(&c.VmnetNetworkFile, "vmnet-network-file", pf.DefaultNetworkFile, "macOS 26 and later: where the JSON description of the node's vmnet network is written for VM runtimes")
+	fs.StringVar(&c.VmnetNetworkFile, "vmnet-network-file", pf.DefaultNetworkFile, "macOS 26 and later: where the JSON description of the node's vmnet network is written for vmlane-vmnet")
+	fs.StringVar(&c.VmnetStateFile, "vmnet-state-file", pfvmnet.DefaultStatePath, "macOS 26 and later: vmlane-vmnet's report of the network it holds (vmlane-vmnet --state-file)")
 	fs.StringVar(&c.BootpdPlist, "bootpd-plist", pf.DefaultBootpdPlist, "macOS: bootpd's configuration, where dhcp_ignore_client_identifier is set so that leases are found by MAC")
 	ignoreCID := fs.Bool("bootpd-ignore-client-id", true, "macOS: make bootpd key leases on the guest's MAC, not on its DHCP client identifier (false leaves bootpd's plist alone)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
@@ -344,7 +348,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		}
 	}
 	c.BootpdKeepClientID = !*ignoreCID
-	for _, a := range []struct{ flag, v string }{{"--vmnet-plist", c.VmnetPlist}, {"--vmnet-network-file", c.VmnetNetworkFile}, {"--bootpd-plist", c.BootpdPlist}} {
+	for _, a := range []struct{ flag, v string }{{"--vmnet-plist", c.VmnetPlist}, {"--vmnet-network-file", c.VmnetNetworkFile}, {"--vmnet-state-file", c.VmnetStateFile}, {"--bootpd-plist", c.BootpdPlist}} {
 		if a.v == "" || !filepath.IsAbs(a.v) {
 			return nil, fmt.Errorf("invalid %s %q: want an absolute path", a.flag, a.v)
 		}
@@ -364,7 +368,7 @@ var fullModeOnly = map[string]bool{
 	"pod-cidr": true, "cluster-cidr": true, "masquerade": true, "route-services": true,
 	"anti-spoof": true, "anti-spoof-period": true, "cni-conf-dir": true, "vm-cni-conf-dir": true, "cni-version": true,
 	"bridge": true, "lease-file": true, "mtu": true, "lease-time": true, "vm-hold-time": true, "dns": true, "search": true, "domain": true, "dhcp-range": true,
-	"vmnet-plist": true, "pf-anchor": true, "vmnet-network-file": true, "bootpd-plist": true, "bootpd-ignore-client-id": true,
+	"vmnet-plist": true, "pf-anchor": true, "vmnet-network-file": true, "vmnet-state-file": true, "bootpd-plist": true, "bootpd-ignore-client-id": true,
 }
 
 // peerList is the repeatable --bgp-peer flag.

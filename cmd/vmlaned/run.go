@@ -25,7 +25,8 @@ type platform interface {
 	// vmnet, IPv4 only) and returns what to run when vmlaned stops.
 	setup(ctx context.Context, subnet netip.Prefix, reg prometheus.Registerer) (stop func(), err error)
 	// standalone keeps a node without Kubernetes in shape until ctx ends.
-	standalone(ctx context.Context, subnet netip.Prefix)
+	// h gets what the node finds for /healthz.
+	standalone(ctx context.Context, subnet netip.Prefix, h *health)
 	// controller makes the route controller, and starts what else runs
 	// beside it and reports through recorder.
 	controller(ctx context.Context, client kubernetes.Interface, recorder record.EventRecorder, reg prometheus.Registerer) (*routes.Controller, error)
@@ -61,7 +62,7 @@ func run(ctx context.Context, c *config, log *slog.Logger) error {
 		}
 		defer stop()
 		h.ready.Store(true)
-		p.standalone(ctx, c.PodCIDR)
+		p.standalone(ctx, c.PodCIDR, h)
 		return nil
 	}
 

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os/exec"
 	"time"
@@ -20,9 +19,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/vmlane/vmlane/internal/command"
-	"github.com/vmlane/vmlane/internal/netaddr"
 	"github.com/vmlane/vmlane/leases"
 	"github.com/vmlane/vmlane/pf"
+	pfvmnet "github.com/vmlane/vmlane/pf/vmnet"
 )
 
 // vmnet is the node's vmnet configuration and the watch on its bridge.
@@ -42,20 +41,31 @@ type vmnet struct {
 	// natUnknown is whether the last read of the anchor failed, so that
 	// the failure is logged once, not every resync.
 	natUnknown bool
+	// h, when set, gets what the watch found for /healthz.
+	h *health
+	// now is the clock for the age of vmlane-vmnet's report (time.Now
+	// when nil).
+	now func() time.Time
 }
 
-// configure tells vmnet the subnet: its plist, and on macOS 26 and later
-// the network description for VM runtimes as well. The plist keys were
-// reported to work still on 26.4, and no runtime reads the description yet
-// (docs/macos.md), so 26 gets both while that is
-// unsettled.
+// path says how this node puts vmnet on the podCIDR, for the log and
+// /healthz.
+func (v *vmnet) path() string {
+	if v.mode == pf.ModeNetworkAPI {
+		return "vmnet: macOS 26 and later: the network vmlane-vmnet holds (" + v.c.VmnetNetworkFile + ", " + v.c.VmnetStateFile + ")"
+	}
+	return "vmnet: macOS 15 and earlier: vmnet's plist (" + v.c.VmnetPlist + ")"
+}
+
+// configure tells vmnet the subnet. Up to macOS 15 that is vmnet's plist;
+// from macOS 26, which ignores the plist's keys (docs/macos.md), it is the
+// network description vmlane-vmnet makes the network from.
 func (v *vmnet) configure(subnet netip.Prefix) error {
 	if v.mode == pf.ModeNetworkAPI {
 		if err := v.writeNetworkFile(subnet); err != nil {
 			return err
 		}
-	}
-	if _, err := v.applyPlist(subnet); err != nil {
+	} else if _, err := v.applyPlist(subnet); err != nil {
 		return err
 	}
 	v.applyBootpd()
@@ -137,6 +147,7 @@ func (v *vmnet) writeNetworkFile(subnet netip.Prefix) error {
 	if err != nil {
 		return err
 	}
+	n.IPv6Prefix = v.c.PodCIDR6
 	for _, p := range problems {
 		v.log.Warn("lease left out of the network description", "problem", p)
 	}
@@ -146,18 +157,19 @@ func (v *vmnet) writeNetworkFile(subnet netip.Prefix) error {
 	}
 	if wrote {
 		v.m.writes.WithLabelValues("network-file").Inc()
-		v.log.Info("wrote the vmnet network description for VM runtimes", "file", v.c.VmnetNetworkFile, "subnet", subnet, "reservations", len(n.Reservations))
+		v.log.Info("wrote the vmnet network description for vmlane-vmnet", "file", v.c.VmnetNetworkFile, "subnet", subnet, "reservations", len(n.Reservations))
 	}
 	return nil
 }
 
-// watch checks vmnet's bridge against podCIDR (and, on macOS 26, keeps the
-// network description's reservations current) every resync period until
-// ctx ends, and calls report with each finding, changed true when it
-// differs from the one before (the first always does). On a mismatch it
-// writes the podCIDR into vmnet's plist again: vmnet rewrites
-// Shared_Net_Address itself when its subnet is taken, so the plist written
-// at start may say something else by now.
+// watch checks vmnet against podCIDR every resync period until ctx ends,
+// and calls report with each finding, changed true when it differs from
+// the one before (the first always does). Up to macOS 15 it reads vmnet's
+// bridges, and on a mismatch writes the podCIDR into vmnet's plist again:
+// vmnet rewrites Shared_Net_Address itself when its subnet is taken, so
+// the plist written at start may say something else by now. From macOS 26
+// it keeps the network description's reservations current and reads
+// vmlane-vmnet's report (checkServed).
 func (v *vmnet) watch(ctx context.Context, podCIDR netip.Prefix, report func(st pf.BridgeStatus, msg string, changed bool)) {
 	tick := time.NewTicker(v.c.Resync)
 	defer tick.Stop()
@@ -177,15 +189,24 @@ func (v *vmnet) watch(ctx context.Context, podCIDR netip.Prefix, report func(st 
 			readNAT = v.readSharedNAT
 		}
 		v.applyBootpd()
-		st := pf.CheckBridge(ifaces(), podCIDR, readNAT())
-		v.m.set(st)
-		if st.State == pf.BridgeMismatch {
-			if _, err := v.applyPlist(podCIDR); err != nil {
-				v.log.Error("writing the podCIDR into vmnet's plist again", "err", err)
+		var st pf.BridgeStatus
+		var msg string
+		if v.mode == pf.ModeNetworkAPI {
+			st, msg = v.checkServed(podCIDR)
+		} else {
+			st = pf.CheckBridge(ifaces(), podCIDR, readNAT())
+			if st.State == pf.BridgeMismatch {
+				if _, err := v.applyPlist(podCIDR); err != nil {
+					v.log.Error("writing the podCIDR into vmnet's plist again", "err", err)
+				}
 			}
+			msg = st.Message(podCIDR)
 		}
-		msg := st.Message(podCIDR)
-		key := fmt.Sprint(st.State, st.Bridges)
+		v.m.set(st)
+		if v.h != nil {
+			v.h.setDetail(v.path() + "\n" + msg)
+		}
+		key := fmt.Sprint(st.State, st.Bridges, msg)
 		changed := key != last
 		if changed {
 			last = key
@@ -206,6 +227,32 @@ func (v *vmnet) watch(ctx context.Context, podCIDR netip.Prefix, report func(st 
 	}
 }
 
+// checkServed reads vmlane-vmnet's report against podCIDR (macOS 26 and
+// later) as a bridge status: served on the podCIDR is a match, a network
+// on another subnet a mismatch, anything else (not running, refused,
+// waiting) is not served.
+func (v *vmnet) checkServed(podCIDR netip.Prefix) (pf.BridgeStatus, string) {
+	now := time.Now
+	if v.now != nil {
+		now = v.now
+	}
+	st, err := pfvmnet.ReadState(v.c.VmnetStateFile)
+	verdict, msg := pfvmnet.CheckState(st, err, podCIDR, now())
+	var out pf.BridgeStatus
+	switch verdict {
+	case pfvmnet.Served:
+		out.State = pf.BridgeMatch
+		if st.Bridge != "" {
+			out.Bridges = []string{st.Bridge + " " + netip.PrefixFrom(podCIDR.Addr().Next(), podCIDR.Bits()).String()}
+		}
+	case pfvmnet.WrongSubnet:
+		out.State = pf.BridgeMismatch
+	default:
+		out.State = pf.BridgeNotServed
+	}
+	return out, msg
+}
+
 // readSharedNAT reads InternetSharing's NAT anchor, which tells vmnet's
 // shared network's bridge from a host-only one; a failed read leaves every
 // vmnet bridge counted as the shared network's, and is logged once.
@@ -223,40 +270,27 @@ func (v *vmnet) readSharedNAT() pf.SharedNAT {
 }
 
 func interfaces(log *slog.Logger) []pf.Iface {
-	ifs, err := net.Interfaces()
+	ifs, err := pf.Interfaces()
 	if err != nil {
 		log.Error("listing interfaces", "err", err)
-		return nil
 	}
-	out := make([]pf.Iface, 0, len(ifs))
-	for _, ifc := range ifs {
-		pi := pf.Iface{Name: ifc.Name}
-		addrs, _ := ifc.Addrs()
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok {
-				if p := netaddr.Prefix(n); p.IsValid() {
-					pi.Addrs = append(pi.Addrs, p)
-				}
-			}
-		}
-		out = append(out, pi)
-	}
-	return out
+	return ifs
 }
 
 // vmnetMetrics are the macOS node's vmnet metrics.
 type vmnetMetrics struct {
-	mismatch, up prometheus.Gauge
-	writes       *prometheus.CounterVec
+	mismatch, up, notServed prometheus.Gauge
+	writes                  *prometheus.CounterVec
 }
 
 func newVmnetMetrics(reg prometheus.Registerer) *vmnetMetrics {
 	m := &vmnetMetrics{
-		mismatch: prometheus.NewGauge(prometheus.GaugeOpts{Name: "vmlane_vmnet_subnet_mismatch", Help: "1 while vmnet's shared network is up on a subnet other than the node's podCIDR."}),
-		up:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "vmlane_vmnet_bridge_up", Help: "1 while vmnet's shared network has a bridge with an IPv4 address (host-only networks do not count)."}),
-		writes:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vmlane_vmnet_config_writes_total", Help: "Writes of vmnet's configuration, by file (plist, network-file, bootpd)."}, []string{"file"}),
+		mismatch:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "vmlane_vmnet_subnet_mismatch", Help: "1 while vmnet's shared network is up on a subnet other than the node's podCIDR."}),
+		up:        prometheus.NewGauge(prometheus.GaugeOpts{Name: "vmlane_vmnet_bridge_up", Help: "1 while vmnet's shared network has a bridge with an IPv4 address (host-only networks do not count)."}),
+		notServed: prometheus.NewGauge(prometheus.GaugeOpts{Name: "vmlane_vmnet_not_served", Help: "macOS 26 and later: 1 while vmlane-vmnet holds no network (not running, waiting, or vmnet refused it)."}),
+		writes:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vmlane_vmnet_config_writes_total", Help: "Writes of vmnet's configuration, by file (plist, network-file, bootpd)."}, []string{"file"}),
 	}
-	reg.MustRegister(m.mismatch, m.up, m.writes)
+	reg.MustRegister(m.mismatch, m.up, m.notServed, m.writes)
 	return m
 }
 
@@ -268,5 +302,6 @@ func (m *vmnetMetrics) set(st pf.BridgeStatus) {
 		return 0
 	}
 	m.mismatch.Set(b(st.State == pf.BridgeMismatch))
-	m.up.Set(b(st.State != pf.BridgeDown))
+	m.up.Set(b(st.State == pf.BridgeMatch || st.State == pf.BridgeMismatch))
+	m.notServed.Set(b(st.State == pf.BridgeNotServed))
 }

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -17,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/vmlane/vmlane/pf"
+	pfvmnet "github.com/vmlane/vmlane/pf/vmnet"
 )
 
 // testVmnet is a vmnet whose files are in a temporary folder and whose
@@ -120,20 +122,91 @@ func TestVmnetReappliesPlistOnMismatch(t *testing.T) {
 	}
 }
 
-// TestVmnetConfigureOn26WritesBoth: on macOS 26 (ModeNetworkAPI) the plist
-// is written as well as the network description.
-func TestVmnetConfigureOn26WritesBoth(t *testing.T) {
+// TestVmnetOn26: on macOS 26 (ModeNetworkAPI) vmlaned writes the network
+// description vmlane-vmnet makes the network from, the IPv6 pod prefix
+// included, and leaves vmnet's plist alone (26 ignores its keys); its
+// watch reads vmlane-vmnet's report: served on the podCIDR is ready, no
+// report, a stale one or a refused network is not served, a network on
+// another subnet a mismatch, and /healthz says which path and what it
+// found.
+func TestVmnetOn26(t *testing.T) {
 	pod := netip.MustParsePrefix("10.244.9.0/24")
-	v, _ := testVmnet(t, pf.ModeNetworkAPI, nil)
+	v, reg := testVmnet(t, pf.ModeNetworkAPI, nil)
+	v.c.VmnetStateFile = filepath.Join(t.TempDir(), "state.json")
+	v.c.PodCIDR6 = netip.MustParsePrefix("fd00:10:244:9::/64")
+	now := time.Date(2026, 11, 28, 9, 0, 0, 0, time.UTC)
+	v.now = func() time.Time { return now }
+	v.h = &health{}
 	if err := v.configure(pod); err != nil {
 		t.Fatal(err)
 	}
-	if got := sharedNet(t, v.c.VmnetPlist); got.Address != "10.244.9.1" {
-		t.Errorf("plist says %+v, want the podCIDR's gateway", got)
+	if _, err := os.Stat(v.c.VmnetPlist); err == nil {
+		t.Error("vmnet's plist written on macOS 26")
 	}
-	if _, err := os.Stat(v.c.VmnetNetworkFile); err != nil {
-		t.Errorf("no network description: %v", err)
+	var n pf.Network
+	data, err := os.ReadFile(v.c.VmnetNetworkFile)
+	if err != nil {
+		t.Fatal(err)
 	}
+	if err := json.Unmarshal(data, &n); err != nil || n.Subnet != pod || n.IPv6Prefix != v.c.PodCIDR6 {
+		t.Fatalf("network description %+v, %v", n, err)
+	}
+	// The description is what vmlane-vmnet reads.
+	if _, err := pfvmnet.SpecFrom(n, pfvmnet.Options{}); err != nil {
+		t.Errorf("vmlane-vmnet would refuse the description: %v", err)
+	}
+
+	serving := pfvmnet.State{Updated: now.Add(-2 * time.Second), Network: "pod", Phase: pfvmnet.PhaseServing, Want: pod, Subnet: pod, Bridge: "bridge100", Clients: 2}
+	for _, tc := range []struct {
+		name  string
+		state *pfvmnet.State
+		want  pf.BridgeState
+		msg   string
+	}{
+		{"no report", nil, pf.BridgeNotServed, "never reported"},
+		{"served", &serving, pf.BridgeMatch, "serves the pod network"},
+		{"stale", func() *pfvmnet.State { s := serving; s.Updated = now.Add(-time.Minute); return &s }(), pf.BridgeNotServed, "not reported since"},
+		{"refused", &pfvmnet.State{Updated: now, Phase: pfvmnet.PhaseRefused, Want: pod, Message: "in use: utun4 10.244.0.2/16"}, pf.BridgeNotServed, "utun4"},
+		{"elsewhere", func() *pfvmnet.State { s := serving; s.Subnet = netip.MustParsePrefix("10.244.3.0/24"); return &s }(), pf.BridgeMismatch, "not on podCIDR"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			os.Remove(v.c.VmnetStateFile)
+			if tc.state != nil {
+				if err := pfvmnet.WriteState(v.c.VmnetStateFile, *tc.state); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			var got pf.BridgeStatus
+			var msg string
+			v.watch(ctx, pod, func(st pf.BridgeStatus, m string, _ bool) { got, msg = st, m; cancel() })
+			if got.State != tc.want || !strings.Contains(msg, tc.msg) {
+				t.Errorf("watch: %v %q, want %v and %q", got.State, msg, tc.want, tc.msg)
+			}
+			if d := v.h.details(); !strings.Contains(d, "vmlane-vmnet holds") || !strings.Contains(d, msg) {
+				t.Errorf("/healthz detail %q", d)
+			}
+			if g := gauge(t, reg, "vmlane_vmnet_not_served"); (g == 1) != (tc.want == pf.BridgeNotServed) {
+				t.Errorf("vmlane_vmnet_not_served %v", g)
+			}
+		})
+	}
+}
+
+// gauge is the value of the gauge name in reg.
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
 }
 
 // plistWrites is vmlane_vmnet_config_writes_total{file="plist"}.
