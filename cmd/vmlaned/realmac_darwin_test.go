@@ -10,7 +10,9 @@ package main
 //
 //	sudo -E go test -tags realmac -run TestOnARealMac -v ./cmd/vmlaned
 //
-// VMLANE_GUEST_DIR names the test guest (vmlinuz, initrd.img),
+// VMLANE_GUEST_DIR names the test guest (vmlinuz, initrd.img); without it
+// (an Apple Silicon runner, which has no nested virtualisation for a
+// guest) the guest's part is left out and the test says so;
 // VMLANE_BIN_DIR the darwin vmlanectl (for the teardown after), and
 // VMLANE_MAC_UPLINK the Mac's uplink (default en0).
 
@@ -42,9 +44,6 @@ func TestOnARealMac(t *testing.T) {
 		t.Fatal("run as root: route(8), pfctl and vmnet need it")
 	}
 	guest := os.Getenv("VMLANE_GUEST_DIR")
-	if guest == "" {
-		t.Fatal("VMLANE_GUEST_DIR is not set")
-	}
 	uplink := os.Getenv("VMLANE_MAC_UPLINK")
 	if uplink == "" {
 		uplink = "en0"
@@ -101,9 +100,38 @@ func TestOnARealMac(t *testing.T) {
 		t.Fatalf("anchor:\n%s", out)
 	}
 
-	// The guest pings a pod on the remote node and the outside (the
-	// Mac's own gateway); tcpdump on the uplink shows the first with the
-	// VM's own address, the second with the Mac's.
+	if guest == "" {
+		t.Log("VMLANE_GUEST_DIR is not set: no guest pings through the anchor here")
+	} else {
+		throughTheAnchor(t, guest, uplink, macIP, gw, pod, remotePod)
+	}
+
+	// pfctl -f /etc/pf.conf and pfctl -d: the next full passes bring the
+	// anchor and vmlane's pf reference back; a main ruleset without the
+	// hook is reported.
+	must(t, "pfctl", "-f", "/etc/pf.conf")
+	must(t, "pfctl", "-d")
+	waitFor(t, "pf enabled and the anchor loaded again", func() bool {
+		info, _ := exec.Command("pfctl", "-s", "info").CombinedOutput()
+		rules, _ := exec.Command("pfctl", "-a", pf.DefaultAnchor, "-s", "nat").CombinedOutput()
+		return strings.Contains(string(info), "Status: Enabled") && strings.Contains(string(rules), "no nat inet from "+pod.String())
+	})
+	load := exec.Command("pfctl", "-f", "-")
+	load.Stdin = strings.NewReader("pass all\n")
+	if out, err := load.CombinedOutput(); err != nil {
+		t.Fatalf("loading a ruleset without the hook: %v\n%s", err, out)
+	}
+	waitFor(t, "the missing hook reported", func() bool { return d.hook.get() != "" })
+	must(t, "pfctl", "-f", "/etc/pf.conf")
+	waitFor(t, "the hook back", func() bool { return d.hook.get() == "" })
+}
+
+// throughTheAnchor boots the test guest on vmnet's shared network: it
+// pings a pod on the remote node and the outside (the Mac's own gateway),
+// and tcpdump on the uplink shows the first with the VM's own address, the
+// second with the Mac's.
+func throughTheAnchor(t *testing.T, guest, uplink string, macIP, gw netip.Addr, pod netip.Prefix, remotePod netip.Addr) {
+	t.Helper()
 	dump, err := os.CreateTemp(t.TempDir(), "tcpdump")
 	if err != nil {
 		t.Fatal(err)
@@ -141,24 +169,6 @@ func TestOnARealMac(t *testing.T) {
 		t.Errorf("the anchor's counters did not rise:\n%s", out)
 	}
 
-	// pfctl -f /etc/pf.conf and pfctl -d: the next full passes bring the
-	// anchor and vmlane's pf reference back; a main ruleset without the
-	// hook is reported.
-	must(t, "pfctl", "-f", "/etc/pf.conf")
-	must(t, "pfctl", "-d")
-	waitFor(t, "pf enabled and the anchor loaded again", func() bool {
-		info, _ := exec.Command("pfctl", "-s", "info").CombinedOutput()
-		rules, _ := exec.Command("pfctl", "-a", pf.DefaultAnchor, "-s", "nat").CombinedOutput()
-		return strings.Contains(string(info), "Status: Enabled") && strings.Contains(string(rules), "no nat inet from "+pod.String())
-	})
-	load := exec.Command("pfctl", "-f", "-")
-	load.Stdin = strings.NewReader("pass all\n")
-	if out, err := load.CombinedOutput(); err != nil {
-		t.Fatalf("loading a ruleset without the hook: %v\n%s", err, out)
-	}
-	waitFor(t, "the missing hook reported", func() bool { return d.hook.get() != "" })
-	must(t, "pfctl", "-f", "/etc/pf.conf")
-	waitFor(t, "the hook back", func() bool { return d.hook.get() == "" })
 }
 
 func must(t *testing.T, name string, args ...string) string {

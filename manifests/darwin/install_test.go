@@ -28,20 +28,31 @@ var fakes = map[string]string{
 	"file":     `echo "$1: Mach-O 64-bit executable x86_64"`,
 	// GNU install knows no wheel group: keep the mode, drop the owner.
 	"install": `args=; while [ $# -gt 0 ]; do case $1 in -o|-g) shift 2 ;; *) args="$args '$1'"; shift ;; esac; done; eval "exec /usr/bin/install $args"`,
+	// sw_vers: macOS 15 unless the test says otherwise.
+	"sw_vers": `echo "${FAKE_MACOS:-15.6.1}"`,
+	// codesign -f -s - --entitlements ENT FILE: records the call and
+	// marks the file signed with ENT's name.
+	"codesign": `d=$(dirname "$0")
+echo "codesign $*" >>"$d/calls"
+eval "f=\${$#}"
+echo "# signed with $(basename "$5")" >>"$f"`,
 	"launchctl": `d=$(dirname "$0")
 echo "launchctl $*" >>"$d/calls"
+label=${2#system/}
 case $1 in
-bootout) echo 2 >"$d/present" ;;
+bootout) echo 2 >"$d/present-$label"; rm -f "$d/loaded-$label" ;;
 print)
-	n=$(cat "$d/present" 2>/dev/null || echo 0)
-	[ "$n" -gt 0 ] || exit 113
-	echo $((n - 1)) >"$d/present" ;;
+	n=$(cat "$d/present-$label" 2>/dev/null || echo 0)
+	if [ "$n" -gt 0 ]; then echo $((n - 1)) >"$d/present-$label"; exit 0; fi
+	[ -e "$d/loaded-$label" ] || exit 113 ;;
 bootstrap)
+	label=$(basename "$3" .plist)
 	if [ ! -e "$d/bootstrapped-once" ]; then
 		touch "$d/bootstrapped-once"
 		echo "Bootstrap failed: 5: Input/output error" >&2
 		exit 5
-	fi ;;
+	fi
+	touch "$d/loaded-$label" ;;
 esac`,
 }
 
@@ -206,4 +217,107 @@ func checkPlistFile(path string) error {
 		return err
 	}
 	return checkPlist(b)
+}
+
+// TestInstallOn26: on macOS 26 install.sh installs vmlane-vmnet too,
+// signed ad hoc with its entitlement, as the LaunchDaemon that answers on
+// dev.vmlane.vmnet (with --group when given), started before vmlaned. An
+// upgrade leaves it running when it did not change (a restart would take
+// the network from running VMs) and restarts it when it did; without its
+// binary the install stops; --uninstall removes it.
+func TestInstallOn26(t *testing.T) {
+	dir := t.TempDir()
+	tools, root := fakeMac(t, dir)
+	bin := filepath.Join(dir, "bin")
+	os.MkdirAll(bin, 0o755)
+	for _, b := range []string{"vmlaned", "vmlanectl"} {
+		os.WriteFile(filepath.Join(bin, b), []byte("#!/bin/sh\n"), 0o755)
+	}
+	kc := filepath.Join(dir, "node.kubeconfig")
+	os.WriteFile(kc, []byte("apiVersion: v1\n"), 0o600)
+	run := func(args ...string) (string, error) {
+		t.Helper()
+		os.Remove(filepath.Join(tools, "calls"))
+		cmd := exec.Command("sh", append([]string{"install.sh"}, args...)...)
+		cmd.Env = append(os.Environ(), "PATH="+tools+":"+os.Getenv("PATH"), "VMLANE_ROOT="+root, "FAKE_MACOS=26.1")
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	calls := func() string {
+		b, _ := os.ReadFile(filepath.Join(tools, "calls"))
+		return string(b)
+	}
+	install := []string{"--kubeconfig", kc, "--bin", bin, "--vmnet-group", "staff"}
+
+	if out, err := run(install...); err == nil || !strings.Contains(out, "no "+bin+"/vmlane-vmnet") {
+		t.Fatalf("without vmlane-vmnet on macOS 26: %v\n%s", err, out)
+	}
+	os.WriteFile(filepath.Join(bin, "vmlane-vmnet"), []byte("#!/bin/sh\n# v1\n"), 0o755)
+	if out, err := run(install...); err != nil {
+		t.Fatalf("install: %v\n%s", err, out)
+	}
+	got, err := os.ReadFile(filepath.Join(root, "usr/local/bin/vmlane-vmnet"))
+	if err != nil || !strings.Contains(string(got), "# v1") || !strings.Contains(string(got), "# signed with vmlane-vmnet.entitlements") {
+		t.Errorf("installed vmlane-vmnet %q, %v: want the binary, signed with the entitlements", got, err)
+	}
+	c := calls()
+	if !strings.Contains(c, "codesign -f -s - --entitlements "+filepath.Join(mustAbs(t, "."), "vmlane-vmnet.entitlements")) {
+		t.Errorf("codesign call missing:\n%s", c)
+	}
+	if i, j := strings.Index(c, "bootstrap system "+root+"/Library/LaunchDaemons/dev.vmlane.vmnet.plist"),
+		strings.Index(c, "bootstrap system "+root+"/Library/LaunchDaemons/dev.vmlane.vmlaned.plist"); i < 0 || j < 0 || i > j {
+		t.Errorf("want vmlane-vmnet bootstrapped before vmlaned:\n%s", c)
+	}
+	plistPath := filepath.Join(root, "Library/LaunchDaemons/dev.vmlane.vmnet.plist")
+	data, err := os.ReadFile(plistPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkPlist(data); err != nil {
+		t.Fatalf("the installed vmnet plist: %v", err)
+	}
+	var job struct {
+		Label            string
+		ProgramArguments []string
+		MachServices     map[string]bool
+	}
+	if _, err := plist.Unmarshal(data, &job); err != nil {
+		t.Fatal(err)
+	}
+	if job.Label != "dev.vmlane.vmnet" || !job.MachServices["dev.vmlane.vmnet"] ||
+		!slices.Equal(job.ProgramArguments, []string{"/usr/local/bin/vmlane-vmnet", "--group", "staff"}) {
+		t.Errorf("vmnet job %+v", job)
+	}
+
+	// Unchanged: left running.
+	out, err := run(install...)
+	if err != nil || !strings.Contains(out, "vmlane-vmnet unchanged and running") || strings.Contains(calls(), "bootout system/dev.vmlane.vmnet") {
+		t.Errorf("upgrade with the same vmlane-vmnet: %v\n%s\n%s", err, out, calls())
+	}
+	if !strings.Contains(calls(), "bootout system/dev.vmlane.vmlaned") {
+		t.Errorf("vmlaned not restarted on upgrade:\n%s", calls())
+	}
+	// Changed: restarted.
+	os.WriteFile(filepath.Join(bin, "vmlane-vmnet"), []byte("#!/bin/sh\n# v2\n"), 0o755)
+	if out, err := run(install...); err != nil || !strings.Contains(calls(), "bootout system/dev.vmlane.vmnet") {
+		t.Errorf("upgrade with a new vmlane-vmnet: %v\n%s\n%s", err, out, calls())
+	}
+
+	if out, err := run("--uninstall"); err != nil {
+		t.Fatalf("uninstall: %v\n%s", err, out)
+	}
+	for _, p := range []string{"Library/LaunchDaemons/dev.vmlane.vmnet.plist", "usr/local/bin/vmlane-vmnet"} {
+		if _, err := os.Stat(filepath.Join(root, p)); !os.IsNotExist(err) {
+			t.Errorf("%s left after --uninstall (%v)", p, err)
+		}
+	}
+}
+
+func mustAbs(t *testing.T, p string) string {
+	t.Helper()
+	a, err := filepath.Abs(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }

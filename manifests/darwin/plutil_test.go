@@ -130,7 +130,7 @@ func TestShippedPlists(t *testing.T) {
 		if d.IsDir() && (d.Name() == ".git" || d.Name() == ".cache") {
 			return filepath.SkipDir
 		}
-		if strings.HasSuffix(p, ".plist") || strings.HasSuffix(p, ".plist.golden") {
+		if strings.HasSuffix(p, ".plist") || strings.HasSuffix(p, ".plist.golden") || strings.HasSuffix(p, ".entitlements") {
 			files = append(files, p)
 		}
 		return nil

@@ -76,12 +76,21 @@ func ReadState(path string) (State, error) {
 	if err != nil {
 		return State{}, err
 	}
-	var st State
-	if err := json.Unmarshal(data, &st); err != nil {
+	st, err := ParseState(data)
+	if err != nil {
 		return State{}, fmt.Errorf("%s: %w", path, err)
 	}
+	return st, nil
+}
+
+// ParseState reads a state file's content.
+func ParseState(data []byte) (State, error) {
+	var st State
+	if err := json.Unmarshal(data, &st); err != nil {
+		return State{}, err
+	}
 	if st.Version != 1 {
-		return State{}, fmt.Errorf("%s: version %d, want 1", path, st.Version)
+		return State{}, fmt.Errorf("version %d, want 1", st.Version)
 	}
 	return st, nil
 }

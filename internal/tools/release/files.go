@@ -27,8 +27,11 @@ var darwinFiles = []struct {
 }{
 	{"vmlaned", "bin", 0o755},
 	{"vmlanectl", "bin", 0o755},
+	{"vmlane-vmnet", "bin", 0o755},
 	{"install.sh", "darwin", 0o755},
 	{"dev.vmlane.vmlaned.plist", "darwin", 0o644},
+	{"dev.vmlane.vmnet.plist", "darwin", 0o644},
+	{"vmlane-vmnet.entitlements", "darwin", 0o644},
 }
 
 // writeDarwinArchive writes the macOS archive: one folder,

@@ -5,7 +5,7 @@
 // SHA256SUMS can be checked against a rebuild.
 //
 //	release darwin-archive -version V -arch ARCH -bin DIR -darwin DIR -mtime UNIX -out FILE
-//	    vmlane-V-darwin-ARCH/ with vmlaned and vmlanectl from -bin, and
+//	    vmlane-V-darwin-ARCH/ with vmlaned, vmlanectl and vmlane-vmnet from -bin, and
 //	    install.sh and the launchd plist from -darwin (manifests/darwin):
 //	    unpacked, `sudo ./install.sh --kubeconfig FILE` installs from it.
 //	release notes -version V -changelog CHANGELOG.md
@@ -47,7 +47,7 @@ func run(args []string, stdout io.Writer) error {
 	switch args[0] {
 	case "darwin-archive":
 		arch := fs.String("arch", "", "arm64 or amd64")
-		bin := fs.String("bin", "", "folder with the darwin vmlaned and vmlanectl")
+		bin := fs.String("bin", "", "folder with the darwin vmlaned, vmlanectl and vmlane-vmnet")
 		darwin := fs.String("darwin", "", "manifests/darwin")
 		mtime := fs.Int64("mtime", 0, "the entries' time, seconds since 1970 (the release commit's)")
 		out := fs.String("out", "", "the .tar.gz to write")

@@ -17,7 +17,7 @@
 #   vmlane-X.Y.Z.tgz              the Helm chart (charts/vmlane), version and
 #                                 appVersion the release's, its image
 #                                 pinned by the index's digest
-#   vmlane-VERSION-darwin-ARCH.tar.gz  vmlaned, vmlanectl, the launchd plist
+#   vmlane-VERSION-darwin-ARCH.tar.gz  vmlaned, vmlanectl, vmlane-vmnet, the launchd plists
 #                                 and install.sh, for arm64 and amd64 Macs
 #   RELEASE-NOTES.md              CHANGELOG.md's section for VERSION
 #   SHA256SUMS                    of every file above
@@ -98,7 +98,7 @@ for arch in arm64 amd64; do
 	out=$work/darwin-$arch
 	CGO_ENABLED=0 GOOS=darwin GOARCH=$arch go build -trimpath \
 		-ldflags "-s -w -X github.com/vmlane/vmlane/internal/version.Version=$version" \
-		-o "$out/" ./cmd/vmlaned ./cmd/vmlanectl || die "building vmlaned and vmlanectl for darwin/$arch"
+		-o "$out/" ./cmd/vmlaned ./cmd/vmlanectl ./cmd/vmlane-vmnet || die "building vmlaned, vmlanectl and vmlane-vmnet for darwin/$arch"
 	"$tool" darwin-archive -version "$version" -arch "$arch" -bin "$out" -darwin manifests/darwin -mtime "$mtime" \
 		-out "$dist/vmlane-$version-darwin-$arch.tar.gz" || die "packing the darwin/$arch archive"
 done

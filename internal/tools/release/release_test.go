@@ -60,6 +60,7 @@ func TestDarwinArchive(t *testing.T) {
 	os.MkdirAll(bin, 0o755)
 	fakeMachO(t, filepath.Join(bin, "vmlaned"))
 	fakeMachO(t, filepath.Join(bin, "vmlanectl"))
+	fakeMachO(t, filepath.Join(bin, "vmlane-vmnet"))
 	darwin := "../../../manifests/darwin"
 	mtime := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	a, b := filepath.Join(dir, "a.tar.gz"), filepath.Join(dir, "b.tar.gz")
@@ -106,7 +107,8 @@ func TestDarwinArchive(t *testing.T) {
 		}
 	}
 	want := "vmlane-v0.4.0-darwin-arm64/ vmlane-v0.4.0-darwin-arm64/vmlaned vmlane-v0.4.0-darwin-arm64/vmlanectl " +
-		"vmlane-v0.4.0-darwin-arm64/install.sh vmlane-v0.4.0-darwin-arm64/dev.vmlane.vmlaned.plist"
+		"vmlane-v0.4.0-darwin-arm64/vmlane-vmnet vmlane-v0.4.0-darwin-arm64/install.sh vmlane-v0.4.0-darwin-arm64/dev.vmlane.vmlaned.plist " +
+		"vmlane-v0.4.0-darwin-arm64/dev.vmlane.vmnet.plist vmlane-v0.4.0-darwin-arm64/vmlane-vmnet.entitlements"
 	if got := strings.Join(names, " "); got != want {
 		t.Errorf("entries %s\nwant %s", got, want)
 	}
