@@ -62,7 +62,7 @@ func TestBrokerError(t *testing.T) {
 }
 
 func TestStateRoundTrip(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state.json")
+	path := filepath.Join(t.TempDir(), "db", "vmlane", "state.json") // the folder is made
 	st := State{PID: 7, Updated: time.Date(2026, 11, 28, 8, 0, 0, 0, time.UTC), Service: ServiceName, Network: "pod",
 		Phase: PhaseServing, Want: netip.MustParsePrefix("10.244.5.0/24"), Subnet: netip.MustParsePrefix("10.244.5.0/24"), Clients: 2}
 	if err := WriteState(path, st); err != nil {

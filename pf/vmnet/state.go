@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/vmlane/vmlane/internal/atomicfile"
@@ -60,11 +61,15 @@ type State struct {
 	Message string `json:"message,omitempty"`
 }
 
-// WriteState writes st to path atomically, world-readable.
+// WriteState writes st to path atomically, world-readable, making its
+// folder if need be (vmlane-vmnet may start before vmlaned made it).
 func WriteState(path string, st State) error {
 	st.Version = 1
 	data, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
 	return atomicfile.WriteFile(path, append(data, '\n'), 0o644)
