@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 
 	"github.com/vmlane/vmlane/pf"
@@ -18,14 +19,28 @@ func serve(ctx context.Context, c config, pol vmnet.Policy, log *slog.Logger) er
 	d := newConfigured(c, pol, api, log)
 	d.ifaces = interfaces
 	d.sync() // hold the network before the first client asks
-	stop, err := vmnet.Listen(c.Service, d, groupsOf)
+	stop, failed, err := vmnet.Listen(c.Service, d, groupsOf)
 	if err != nil {
 		d.stop()
 		return err
 	}
 	defer stop()
 	log.Info("vmlane-vmnet answering", "service", c.Service, "network", c.Name, "group", c.Group)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var lost bool
+	go func() {
+		select {
+		case <-failed:
+			lost = true
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	loop(ctx, d, c.SyncPeriod)
+	if lost {
+		return errors.New("the XPC listener failed: nothing can acquire the network; exiting for launchd to start vmlane-vmnet again")
+	}
 	return nil
 }
 

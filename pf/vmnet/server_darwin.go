@@ -2,6 +2,8 @@ package vmnet
 
 import (
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/ebitengine/purego/objc"
@@ -11,21 +13,34 @@ import (
 // (launchd must list it in the job's MachServices) for s until the
 // returned stop is called. groups gives a user's supplementary groups for
 // the Policy check (nil: none). Every event runs on one serial dispatch
-// queue, so s sees one call at a time.
-func Listen(service string, s Server, groups func(uid uint32) []uint32) (stop func(), err error) {
+// queue, so s sees one call at a time. failed is closed when the listener
+// itself fails (the service is not the job's, or launchd cancelled it):
+// nothing is answered any more, and the daemon should exit for launchd to
+// start it again.
+func Listen(service string, s Server, groups func(uid uint32) []uint32) (stop func(), failed <-chan struct{}, err error) {
 	x, err := openXPC()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	q := x.queueCreate(service, 0) // DISPATCH_QUEUE_SERIAL is NULL
 	l := x.createMachService(service, q, machServiceListener)
 	if l == nil {
-		return nil, fmt.Errorf("xpc_connection_create_mach_service(%q): no listener (is the service in the launchd job's MachServices?)", service)
+		return nil, nil, fmt.Errorf("xpc_connection_create_mach_service(%q): no listener (is the service in the launchd job's MachServices?)", service)
 	}
 	var next uint64
+	fail := make(chan struct{})
+	var stopped atomic.Bool
+	var once sync.Once
 	onListener := objc.NewBlock(func(_ objc.Block, ev unsafe.Pointer) {
-		if x.getType(ev) != x.typeConnection {
-			return // the listener's own errors: launchd stopped us, or cancel
+		switch x.getType(ev) {
+		case x.typeConnection:
+		case x.typeError:
+			if !stopped.Load() {
+				once.Do(func() { close(fail) })
+			}
+			return
+		default:
+			return
 		}
 		next++
 		id, conn := next, ev
@@ -64,5 +79,5 @@ func Listen(service string, s Server, groups func(uid uint32) []uint32) (stop fu
 	x.setEventHandler(l, onListener)
 	onListener.Release()
 	x.resume(l)
-	return func() { x.cancel(l) }, nil
+	return func() { stopped.Store(true); x.cancel(l) }, fail, nil
 }
