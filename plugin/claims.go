@@ -85,19 +85,21 @@ func vmClaim(leaseFile, vm string) (NodeClaim, bool, error) {
 // vmlane.io/migration-target naming the source pod. Any pod creator of the
 // VM's namespace can annotate a pod vmlane.io/vm; without this, one would
 // take a running VM's addresses and MAC, and with its first frame the
-// VM's routes.
-func (c *Config) claimed(req *leases.ReserveRequest) error {
+// VM's routes. target reports that the pod is such a target: its guest
+// does not run here yet.
+func (c *Config) claimed(req *leases.ReserveRequest) (target bool, err error) {
 	cl, ok, err := vmClaim(c.LeaseFile, req.VMName)
 	if err != nil {
-		return types.NewError(types.ErrTryAgainLater, "reading the node's VM claims", err.Error())
+		return false, types.NewError(types.ErrTryAgainLater, "reading the node's VM claims", err.Error())
 	}
 	if ok && cl.Live {
 		if err := c.migrationTarget(req.Pod, cl); err != nil {
-			return err
+			return false, err
 		}
+		target = true
 	}
 	if !ok || req.IP.IsValid() || req.MAC != "" {
-		return nil
+		return target, nil
 	}
 	req.IP, req.MAC = cl.IPv4.Addr(), cl.MAC
 	if !c.SubnetPrefix.Contains(req.IP) {
@@ -109,7 +111,7 @@ func (c *Config) claimed(req *leases.ReserveRequest) error {
 			req.Home6 = cl.IPv6.Masked()
 		}
 	}
-	return nil
+	return target, nil
 }
 
 // migrationTarget checks that pod is the migration target of the live pod

@@ -282,8 +282,11 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 			Pod:      pod,
 			Hostname: pod.Name,
 		}
+		// migrationTarget: the VM runs on another node, and this pod is
+		// its live migration's target.
+		var migrationTarget bool
 		if vmName != "" {
-			if err := c.claimed(&req); err != nil {
+			if migrationTarget, err = c.claimed(&req); err != nil {
 				return err
 			}
 		}
@@ -345,8 +348,17 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 			vg = &VethGuard{Table: AntiSpoofTable(c.Bridge), Port: gp}
 		}
 		// A VM whose addresses moved in from another node's subnet is
-		// reached through the bridge by a host route each.
-		for _, dst := range HostRoutes(lease) {
+		// reached through the bridge by a host route each; but not yet
+		// for a live migration's target, whose guest still runs on the
+		// source: until the VM's claim names this node, this node's pods
+		// and host reach the VM through the source (the route controller's
+		// route via it), and vmlaned adds the host route when the claim
+		// moves here (it hears the guest on this pod's port).
+		hostRoutes := HostRoutes(lease)
+		if migrationTarget {
+			hostRoutes = nil
+		}
+		for _, dst := range hostRoutes {
 			defer func() {
 				if !success {
 					if uerr := p.dp.UnrouteHost(c.Bridge, dst); uerr != nil {

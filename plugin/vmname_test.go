@@ -245,3 +245,29 @@ func TestVMRunningElsewhere(t *testing.T) {
 	a.args = k8sArgs
 	h2.mustAdd(a, migrationTarget("vm1", "default/vm1-src"))
 }
+
+// A live migration's target whose VM's addresses are of another node's
+// subnet gets them, and its port may speak with them, but no host route:
+// the guest still runs on the source, and until vmlaned hears it here (and
+// the claim names this node) this node's own pods and host must reach it
+// through the source, not on a bridge where it does not run yet.
+func TestMigrationTargetHasNoHostRouteYet(t *testing.T) {
+	h := newHarness(t, nil)
+	h.writeClaims(`{"version":1,"claims":[{"vm":"default/vm1","ipv4":"10.244.1.5/24","mac":"02:76:0a:f4:01:05","node":"node-a","pod":"default/vm1-src","live":true}]}`)
+	a := att("target")
+	a.args = k8sArgs
+	r := h.mustAdd(a, migrationTarget("vm1", "vm1-src"))
+	if got := ipLines(r); !slices.Equal(got, []string{"10.244.1.5/24 gw 10.244.1.1 on 2"}) {
+		t.Errorf("result ips %q, want the VM's address in its home subnet", got)
+	}
+	st := h.dp.state()
+	if slices.ContainsFunc(st, func(s string) bool { return strings.HasPrefix(s, "ip route add 10.244.1.5/32") }) {
+		t.Errorf("the migration target has a host route before its guest runs here:\n%s", strings.Join(st, "\n"))
+	}
+	if want := "nft add element bridge vmlane addrs { " + a.veth() + " . 02:76:0a:f4:01:05 . 10.244.1.5 }"; !slices.Contains(st, want) {
+		t.Errorf("no %q in:\n%s", want, strings.Join(st, "\n"))
+	}
+	if l, ok := h.leaseOf(a); !ok || l.Home.String() != "10.244.1.0/24" {
+		t.Errorf("lease %+v, want it moved in from 10.244.1.0/24", l)
+	}
+}

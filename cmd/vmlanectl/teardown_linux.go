@@ -21,9 +21,9 @@ import (
 // of which pod had which address.
 func teardown(w io.Writer, o teardownOpts) error {
 	if o.dryRun {
-		fmt.Fprintf(w, "would remove: routes with protocol %d, iptables chains %s and %s with their jumps, %s, %s, nftables table bridge %s, bridge %s\n",
+		fmt.Fprintf(w, "would remove: routes with protocol %d, iptables chains %s and %s with their jumps, %s, %s, nftables tables bridge %s and bridge %s, bridge %s\n",
 			o.protocol, routes.ChainNAT, routes.ChainForward, filepath.Join(o.cniConfDir, plugin.ConflistName),
-			filepath.Join(o.vmCNIConfDir, plugin.VMConflistName), plugin.AntiSpoofTable(o.bridge), o.bridge)
+			filepath.Join(o.vmCNIConfDir, plugin.VMConflistName), plugin.AntiSpoofTable(o.bridge), bridge.AwayTable, o.bridge)
 		return nil
 	}
 	var errs []error
@@ -62,6 +62,11 @@ func teardown(w io.Writer, o teardownOpts) error {
 		errs = append(errs, err)
 	} else {
 		fmt.Fprintf(w, "removed nftables table bridge %s (if it existed)\n", plugin.AntiSpoofTable(o.bridge))
+	}
+	if err := bridge.DeleteAway(); err != nil {
+		errs = append(errs, err)
+	} else {
+		fmt.Fprintf(w, "removed nftables table bridge %s (if it existed)\n", bridge.AwayTable)
 	}
 	if err := bridge.Delete(o.bridge); err != nil {
 		errs = append(errs, fmt.Errorf("deleting bridge %s: %w", o.bridge, err))

@@ -464,15 +464,23 @@ func (s prefixSet) String() string {
 
 // hostRouteDiff is what keeps the bridge's host routes (proto 78, see
 // plugin.HostRoutes) exactly those of the live leases of f whose addresses
-// moved in: routes to add and to delete. The plugin adds and removes them
-// at ADD and DEL; this sweeps what an interrupted one left (a stale route
-// would send a VM's traffic onto a bridge it is no longer on) and puts back
-// what went with a bridge made anew. f nil is a node without a lease file.
-func hostRouteDiff(f *leases.File, have []netip.Prefix) (add, del []netip.Prefix) {
+// moved in and whose guest runs here: routes to add and to delete. The
+// plugin adds and removes them at ADD and DEL; this sweeps what an
+// interrupted one left (a stale route would send a VM's traffic onto a
+// bridge it is no longer on) and puts back what went with a bridge made
+// anew. f nil is a node without a lease file.
+//
+// elsewhere names the VMs whose claim names another node. Their leases
+// here get no host route: a live migration's target before the guest runs
+// here, or its source (not the VM's home) after it left. A host route
+// would send this node's own traffic for the VM onto a bridge where no
+// guest of it runs, while the route controller's route via the claim's
+// node reaches it.
+func hostRouteDiff(f *leases.File, have []netip.Prefix, elsewhere map[string]bool) (add, del []netip.Prefix) {
 	want := map[netip.Prefix]bool{}
 	if f != nil {
 		for _, l := range f.Leases {
-			if l.Live() {
+			if l.Live() && !elsewhere[l.VMName] {
 				for _, p := range plugin.HostRoutes(l) {
 					want[p] = true
 				}
@@ -482,6 +490,29 @@ func hostRouteDiff(f *leases.File, have []netip.Prefix) (add, del []netip.Prefix
 	add, del = setDiff(have, want, func(netip.Prefix) bool { return true })
 	slices.SortFunc(add, netip.Prefix.Compare)
 	return add, del
+}
+
+// claimedElsewhere names the VMs whose claims, as have lists them with
+// the actions done applied, name a node other than self.
+func claimedElsewhere(have []claim, done []claimAction, self string) map[string]bool {
+	node := map[string]string{}
+	for _, c := range have {
+		node[c.VM] = c.Status.Node
+	}
+	for _, a := range done {
+		if a.Op == "delete" {
+			delete(node, a.VM)
+		} else {
+			node[a.VM] = a.Status.Node
+		}
+	}
+	out := map[string]bool{}
+	for vm, n := range node {
+		if n != "" && n != self {
+			out[vm] = true
+		}
+	}
+	return out
 }
 
 // setDiff is what to add to have and to delete from it to make it want,

@@ -93,6 +93,12 @@ type claimsSync struct {
 	frames  bridgeFrames
 	ann     announcements
 	awaited awaitedMACs
+	// away writes the bridge's table of MACs of VMs that run elsewhere
+	// and of the ports of VMs that moved in (bridge.SyncAway when nil);
+	// awayHad is what it last wrote, and awayAt when.
+	away    func(bridge string, local []netip.Prefix, macs, ports []string) error
+	awayHad []string
+	awayAt  time.Time
 	// nodes, when set, answers node and nodesGen instead of the route
 	// controller's cache (tests).
 	nodes nodeSource
@@ -271,11 +277,6 @@ func (s *claimsSync) pass(ctx context.Context) {
 		file = &snap.File
 		want = leaseClaims(file, s.c.NodeName)
 	}
-	if rerr != nil {
-		s.log.Warn("listing the bridge's host routes", "bridge", s.c.Bridge, "err", rerr)
-	} else {
-		s.sweepHostRoutes(file, routed)
-	}
 	have := s.list()
 	heard := s.heard(want, have, vmPorts(file))
 	acts, conflicts := planClaims(want, have, s.c.NodeName, s.nodeUp, heard)
@@ -286,16 +287,26 @@ func (s *claimsSync) pass(ctx context.Context) {
 	if n, err := s.ctrl.Node(s.c.NodeName); err == nil {
 		owner = n.UID
 	}
+	var done []claimAction
 	for _, a := range acts {
 		if err := applyClaim(ctx, s.api, a, owner); err != nil {
 			s.log.Warn("VMClaim", "action", a.String(), "err", err)
 			continue
 		}
+		done = append(done, a)
 		if heard[a.VM] {
 			s.log.Info("VMClaim: live migration: the guest is heard on this node's bridge; its routes move here", "action", a.String())
 			continue
 		}
 		s.log.Info("VMClaim", "action", a.String())
+	}
+	// The bridge's host routes follow the claims as they are now: a VM
+	// whose claim this pass took (a migration's guest heard here) gets
+	// its host route at once, one claimed elsewhere loses it.
+	if rerr != nil {
+		s.log.Warn("listing the bridge's host routes", "bridge", s.c.Bridge, "err", rerr)
+	} else {
+		s.sweepHostRoutes(file, routed, claimedElsewhere(have, done, s.c.NodeName))
 	}
 
 	vms, mirror, lent := s.apply(have)
@@ -310,6 +321,29 @@ func (s *claimsSync) pass(ctx context.Context) {
 	s.writeMirror(mirror)
 	s.ctrl.SetVMs(vms)
 	s.proxyLent(lent)
+	s.awayLent(lent, movedInPorts(file))
+}
+
+// movedInPorts names the bridge ports of the live leases of f whose
+// addresses moved in from another node's subnet: their guests' frames to
+// their home subnet go up to the node (bridge.SyncAway).
+func movedInPorts(f *leases.File) []string {
+	if f == nil {
+		return nil
+	}
+	var out []string
+	for _, l := range f.Leases {
+		if !l.Live() || !l.Home.IsValid() || l.ContainerID == "" {
+			continue
+		}
+		port := l.BridgePort
+		if port == "" {
+			port = plugin.HostVethName(l.Key())
+		}
+		out = append(out, port)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // withoutVMs is apply's result without the claims of refused VMs.

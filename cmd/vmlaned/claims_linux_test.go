@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -254,7 +255,7 @@ func TestSweepHostRoutes(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		s.sweepHostRoutes(f, have)
+		s.sweepHostRoutes(f, have, nil)
 		return nil
 	})
 	if err != nil {
@@ -371,5 +372,65 @@ func TestClaimOfALeasedAddress(t *testing.T) {
 		if l.IP == db.IP && l.Pod.Name != "db-0" {
 			t.Errorf("the pod's address is now %+v", l)
 		}
+	}
+}
+
+// TestAwayLent: the bridge's table of away MACs and moved-in ports follows
+// the VMs of this node's subnets that run elsewhere and the guests that
+// moved in, written when they change, not at every pass, and written again
+// after a failure.
+func TestAwayLent(t *testing.T) {
+	var writes []string
+	fail := false
+	s := &claimsSync{c: &config{Bridge: "vmlane0"}, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		away: func(br string, _ []netip.Prefix, macs, ports []string) error {
+			if br != "vmlane0" {
+				t.Errorf("bridge %q", br)
+			}
+			writes = append(writes, fmt.Sprint(macs, ports))
+			if fail {
+				return errors.New("no nftables")
+			}
+			return nil
+		}}
+	lent := func(macs ...string) []plugin.NodeClaim {
+		var out []plugin.NodeClaim
+		for _, m := range macs {
+			out = append(out, plugin.NodeClaim{VM: "default/" + m, MAC: m, Node: "node-b"})
+		}
+		return out
+	}
+	s.awayLent(nil, nil)                                                                   // first pass: written (a restart clears what was there)
+	s.awayLent(nil, nil)                                                                   // unchanged
+	s.awayLent(lent("02:76:0a:f4:00:07", "02:76:0a:f4:00:06"), nil)                        // a VM left
+	s.awayLent(lent("02:76:0a:f4:00:06", "02:76:0a:f4:00:07"), nil)                        // the same, in another order
+	s.awayLent(lent("02:76:0a:f4:00:06", "02:76:0a:f4:00:07"), []string{"vml0123456789a"}) // a VM moved in
+	fail = true
+	s.awayLent(lent("02:76:0a:f4:00:06"), []string{"vml0123456789a"}) // one came back: the write fails
+	fail = false
+	s.awayLent(lent("02:76:0a:f4:00:06"), []string{"vml0123456789a"}) // tried again
+	want := []string{"[] []", "[02:76:0a:f4:00:06 02:76:0a:f4:00:07] []", "[02:76:0a:f4:00:06 02:76:0a:f4:00:07] [vml0123456789a]",
+		"[02:76:0a:f4:00:06] [vml0123456789a]", "[02:76:0a:f4:00:06] [vml0123456789a]"}
+	if !slices.Equal(writes, want) {
+		t.Errorf("writes %q, want %q", writes, want)
+	}
+}
+
+// TestMovedInPorts: the ports of live leases that moved in, and no other.
+func TestMovedInPorts(t *testing.T) {
+	p := netip.MustParsePrefix
+	f := &leases.File{Subnet: p("10.244.1.0/24"), Leases: []leases.Lease{
+		{IP: netip.MustParseAddr("10.244.0.5"), Home: p("10.244.0.0/24"), MAC: "02:76:0a:f4:00:05", State: leases.StateReserved,
+			Source: leases.SourceCNI, VMName: "default/in", ContainerID: "c1", BridgePort: "vml0000000000a"},
+		{IP: netip.MustParseAddr("10.244.2.7"), Home: p("10.244.2.0/24"), MAC: "02:76:0a:f4:02:07", State: leases.StateHeld,
+			Source: leases.SourceCNI, VMName: "default/held", BridgePort: "vml0000000000b"},
+		{IP: netip.MustParseAddr("10.244.1.9"), MAC: "02:76:0a:f4:01:09", State: leases.StateBound, Source: leases.SourceCNI,
+			VMName: "default/home", ContainerID: "c3", BridgePort: "vml0000000000c"},
+	}}
+	if got := movedInPorts(f); !slices.Equal(got, []string{"vml0000000000a"}) {
+		t.Errorf("movedInPorts = %q, want the moved-in live lease's port only", got)
+	}
+	if got := movedInPorts(nil); got != nil {
+		t.Errorf("movedInPorts(nil) = %q", got)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -98,6 +99,43 @@ func (s *claimsSync) proxyLent(lent []plugin.NodeClaim) {
 	}
 }
 
+// awayLent sends this node's pods' frames to the MACs of its VMs that run
+// elsewhere (lent), and the unicast frames of the guests that moved in
+// (ports), up to the node, which routes them (bridge.SyncAway): their
+// neighbour entries still name MACs of the VM's home bridge after it
+// moved. Written when they change, and again every claimsResync (someone
+// may have flushed the table).
+func (s *claimsSync) awayLent(lent []plugin.NodeClaim, ports []string) {
+	var macs []string
+	for _, c := range lent {
+		macs = append(macs, c.MAC)
+	}
+	slices.Sort(macs)
+	// One list for the comparison: the MACs, then the ports.
+	key := append(append(slices.Clip(macs), "|"), ports...)
+	if slices.Equal(key, s.awayHad) && time.Since(s.awayAt) < claimsResync {
+		return
+	}
+	sync := s.away
+	if sync == nil {
+		sync = bridge.SyncAway
+	}
+	// This node's own pod subnets: the guests that moved in reach them
+	// as the node's pods reach them.
+	var local []netip.Prefix
+	if s.store != nil {
+		local = append(local, s.store.Subnet())
+		if s6 := s.store.Subnet6(); s6.IsValid() {
+			local = append(local, s6)
+		}
+	}
+	if err := sync(s.c.Bridge, local, macs, ports); err != nil {
+		s.log.Warn("the bridge's table of VMs that run elsewhere: this node's pods reach such a VM only once their neighbour entry for it expires", "table", bridge.AwayTable, "err", err)
+		return
+	}
+	s.awayHad, s.awayAt = key, time.Now()
+}
+
 // neighProxies is the bridge's NDP proxy table (`ip -6 neigh … proxy`);
 // netlinkProxies is the kernel's, tests use a fake.
 type neighProxies interface {
@@ -159,9 +197,9 @@ func (p netlinkProxies) Del(bridge string, a netip.Addr) error {
 }
 
 // sweepHostRoutes brings the bridge's host routes in line with the leases
-// (hostRouteDiff).
-func (s *claimsSync) sweepHostRoutes(f *leases.File, have []netip.Prefix) {
-	add, del := hostRouteDiff(f, have)
+// and the VMs claimed elsewhere (hostRouteDiff).
+func (s *claimsSync) sweepHostRoutes(f *leases.File, have []netip.Prefix, elsewhere map[string]bool) {
+	add, del := hostRouteDiff(f, have, elsewhere)
 	for _, p := range del {
 		if err := s.hosts.Del(s.c.Bridge, p); err != nil {
 			s.log.Warn("removing a stale host route", "dst", p, "err", err)

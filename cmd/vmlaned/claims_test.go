@@ -1,6 +1,7 @@
 package main
 
 import (
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -263,7 +264,7 @@ func TestHostRouteDiff(t *testing.T) {
 		{IP: netip.MustParseAddr("10.244.1.9"), MAC: "02:76:0a:f4:01:09", State: leases.StateBound, Source: leases.SourceCNI, VMName: "default/home"},
 	}}
 	have := []netip.Prefix{p("10.244.0.5/32"), p("10.244.2.7/32"), p("10.244.3.3/32")}
-	add, del := hostRouteDiff(f, have)
+	add, del := hostRouteDiff(f, have, nil)
 	if want := []netip.Prefix{p("fd00:10:244::5/128")}; !slices.Equal(add, want) {
 		t.Errorf("add %v, want %v", add, want)
 	}
@@ -271,8 +272,39 @@ func TestHostRouteDiff(t *testing.T) {
 	if want := []netip.Prefix{p("10.244.2.7/32"), p("10.244.3.3/32")}; !slices.Equal(del, want) {
 		t.Errorf("del %v, want %v", del, want)
 	}
-	if add, del := hostRouteDiff(nil, have); len(add) != 0 || len(del) != 3 {
+	if add, del := hostRouteDiff(nil, have, nil); len(add) != 0 || len(del) != 3 {
 		t.Errorf("without a lease file: add %v, del %v; want every route gone", add, del)
+	}
+	// Claimed elsewhere (a migration's target before the guest runs
+	// here, a source that is not the VM's home after it left): no host
+	// route, and the one there goes.
+	add, del = hostRouteDiff(f, have, map[string]bool{"default/web": true})
+	slices.SortFunc(del, netip.Prefix.Compare)
+	if want := []netip.Prefix{p("10.244.0.5/32"), p("10.244.2.7/32"), p("10.244.3.3/32")}; len(add) != 0 || !slices.Equal(del, want) {
+		t.Errorf("web claimed elsewhere: add %v, del %v; want no add and del %v", add, del, want)
+	}
+}
+
+// TestClaimedElsewhere: the claims as listed, with this pass's actions
+// done on top: a claim this node just took is its own, one it gave up or
+// another node holds is elsewhere, a deleted one is nowhere.
+func TestClaimedElsewhere(t *testing.T) {
+	have := []claim{
+		{VM: "default/moving-in", Status: claimStatus{Node: "node-b"}},
+		{VM: "default/left", Status: claimStatus{Node: "node-a"}},
+		{VM: "default/there", Status: claimStatus{Node: "node-c"}},
+		{VM: "default/here", Status: claimStatus{Node: "node-a"}},
+		{VM: "default/deleted", Status: claimStatus{Node: "node-b"}},
+	}
+	done := []claimAction{
+		{Op: "update", VM: "default/moving-in", Status: claimStatus{Node: "node-a"}},
+		{Op: "update", VM: "default/left", Status: claimStatus{Node: "node-b"}},
+		{Op: "delete", VM: "default/deleted"},
+	}
+	got := claimedElsewhere(have, done, "node-a")
+	want := map[string]bool{"default/left": true, "default/there": true}
+	if !maps.Equal(got, want) {
+		t.Errorf("claimedElsewhere = %v, want %v", got, want)
 	}
 }
 

@@ -28,11 +28,13 @@ import (
 // there (its gratuitous ARP and unsolicited neighbour advertisements, which
 // QEMU has the guest send after a migration), node-b's vmlaned hears it on
 // its bridge and takes the VM's claim, and every node routes the VM's /32
-// and /128 to node-b. A ping every 10 ms and a TCP connection, both from a
-// pod on node-c, survive; the test prints the ping loss and the time from
-// the end of the migration to routes on every node. Then the source's pod
-// goes, as KubeVirt deletes it, and nothing changes but node-a's lease
-// turning held.
+// and /128 to node-b. Until then node-b has no host route onto its bridge
+// for the VM: its own pods reach the guest on node-a, where it runs. A
+// ping every 10 ms from a pod on each node (the target, the source and a
+// third) and a TCP connection from node-c's survive; the test prints each
+// vantage's ping loss against QEMU's downtime and the time from the end of
+// the migration to routes on every node. Then the source's pod goes, as
+// KubeVirt deletes it, and nothing changes but node-a's lease turning held.
 func TestVMLiveMigration(t *testing.T) {
 	a, b, cn := c.RealNode("node-a"), c.RealNode("node-b"), c.RealNode("node-c")
 	dir, err := os.MkdirTemp("", "vmlane-mig-")
@@ -40,7 +42,7 @@ func TestVMLiveMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		c.Kubectl("delete", "pod", "vmmig-1", "vmmig-2", "vmmig-client", "--ignore-not-found", "--wait=true", "--timeout=60s")
+		c.Kubectl("delete", "pod", "vmmig-1", "vmmig-2", "vmmig-client", "vmmig-client-a", "vmmig-client-b", "--ignore-not-found", "--wait=true", "--timeout=60s")
 		releaseVM(t, "vmmig")
 		os.RemoveAll(dir)
 	})
@@ -54,6 +56,7 @@ func TestVMLiveMigration(t *testing.T) {
 	}
 	mac := waitVMLease(t, a, "default/vmmig", leases.StateBound).MAC
 	client := plainPod(t, "vmmig-client", "node-c")
+	clientA, clientB := plainPod(t, "vmmig-client-a", "node-a"), plainPod(t, "vmmig-client-b", "node-b")
 	if r, out := c.PingFrom(client, addr, 3, "0.2"); !r.OK {
 		t.Fatalf("node-c's pod → the VM on node-a: %d of 3 answered\n%s", r.Recv, out)
 	}
@@ -73,6 +76,14 @@ func TestVMLiveMigration(t *testing.T) {
 	}
 	if via := routeVia(t, cn, addr); via != "10.99.0.11" {
 		t.Errorf("node-c routes %s via %s before the migration, want node-a (10.99.0.11)", addr, via)
+	}
+	// The target routes the VM to the source too: a host route onto its
+	// bridge, where no guest runs yet, would blackhole its own pods.
+	if via := routeVia(t, b, addr); via != "10.99.0.11" {
+		t.Errorf("node-b, the target, routes %s via %s before the migration, want node-a (10.99.0.11), where the guest runs", addr, via)
+	}
+	if r, out := c.PingFrom(clientB, addr, 3, "0.2"); !r.OK {
+		t.Errorf("node-b's pod → the VM still on node-a, with the target's pod on node-b: %d of 3 answered\n%s", r.Recv, out)
 	}
 
 	// The migration's way: the source QEMU's stream goes to a socket of
@@ -101,12 +112,25 @@ func TestVMLiveMigration(t *testing.T) {
 		tcp <- fmt.Sprintf("%s (err %v)", out, err)
 	}()
 	const pings = 2000 // 20 s at 10 ms
-	pinged := make(chan string, 1)
-	go func() {
-		out, _ := c.Exec(client, "ping", "-c", strconv.Itoa(pings), "-i", "0.01", "-W", "2", addr.String())
-		pinged <- out
-	}()
+	vantages := []struct {
+		name string
+		pod  cluster.KubePod
+		out  chan string
+	}{
+		{"node-c (a third node)", client, make(chan string, 1)},
+		{"node-b (the target)", clientB, make(chan string, 1)},
+		{"node-a (the source)", clientA, make(chan string, 1)},
+	}
+	for _, v := range vantages {
+		go func() {
+			out, _ := c.Exec(v.pod, "ping", "-c", strconv.Itoa(pings), "-i", "0.01", "-W", "2", addr.String())
+			v.out <- out
+		}()
+	}
 	time.Sleep(2 * time.Second)
+	// The switch's clock: the guest's first frame on node-b's bridge, and
+	// the VM's /32 in each kernel after it.
+	clock := startMigrationClock(t, b, netip.MustParseAddr("10.99.0.12"), []*cluster.RealNode{a, cn}, mac, addr)
 
 	start := time.Now()
 	if _, err := qmp.Execute("migrate", map[string]any{"uri": "unix:" + filepath.Join(dir, "proxy.sock")}); err != nil {
@@ -135,7 +159,7 @@ func TestVMLiveMigration(t *testing.T) {
 		t.Fatalf("migration %s after %v: %s", status.Status, ended.Sub(start), status.ErrorDesc)
 	}
 	// Routes on every node: node-a and node-c via node-b, node-b to its
-	// bridge (the target's host route, there since its ADD).
+	// bridge (the host route vmlaned adds once it took the claim).
 	var converged time.Duration
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if routeVia(t, a, addr) == "10.99.0.12" && routeVia(t, cn, addr) == "10.99.0.12" {
@@ -146,6 +170,10 @@ func TestVMLiveMigration(t *testing.T) {
 			t.Fatalf("routes to %s 30 s after the migration: node-a via %s, node-c via %s, want node-b (10.99.0.12)", addr, routeVia(t, a, addr), routeVia(t, cn, addr))
 		}
 	}
+	cluster.WaitFor(t, 10*time.Second, "node-b routes "+addr.String()+" onto its bridge", func() (bool, string) {
+		via := routeVia(t, b, addr)
+		return strings.HasPrefix(via, "dev "), via
+	})
 	for _, n := range []*cluster.RealNode{a, cn} {
 		cluster.WaitFor(t, 10*time.Second, n.Name+" routes "+addr6.String()+" via node-b", func() (bool, string) {
 			r6 := n.Routes6()
@@ -170,19 +198,40 @@ func TestVMLiveMigration(t *testing.T) {
 		t.Errorf("the TCP connection opened before the migration did not finish")
 	}
 
-	out := <-pinged
-	sent, recv, gap := pingLoss(out, pings)
-	t.Logf("live migration of VM default/vmmig, node-a → node-b: %v in all (QEMU: total %d ms, downtime %d ms); routes via node-b on node-a and node-c %v after it ended (polled every 10 ms); ping every 10 ms from node-c: %d of %d lost, the longest gap %d pings (%v)",
-		ended.Sub(start).Round(time.Millisecond), status.TotalTime, status.Downtime, converged.Round(time.Millisecond),
-		sent-recv, sent, gap, time.Duration(gap)*10*time.Millisecond)
-	if sent < pings*9/10 || recv < sent-500 {
-		// Without the switch on the guest's announcement the routes stay
-		// with the paused source and every ping after the migration is
-		// lost; 5 s is far above the goal (under 1 s) and far below that.
-		t.Errorf("ping from node-c across the migration: %d sent, %d answered: want the pings to go on\n%s", sent, recv, lastLines(out, 5))
+	t.Logf("live migration of VM default/vmmig, node-a → node-b: %v in all (QEMU: total %d ms, downtime %d ms); routes via node-b on node-a and node-c %v after it ended (polled every 10 ms)",
+		ended.Sub(start).Round(time.Millisecond), status.TotalTime, status.Downtime, converged.Round(time.Millisecond))
+	if first, after, slowest, ok := clock.stop(); ok {
+		t.Logf("  the switch: node-b's bridge first heard the guest %v after QEMU's end was seen; from that frame to the /32 in each kernel: %v, the slowest %v (the goal: under 30 ms p50, 60 ms p99)",
+			first.Sub(ended).Round(time.Millisecond), after, slowest.Round(time.Millisecond))
+	} else {
+		t.Logf("  the switch: node-b's bridge never reported the guest's MAC")
 	}
-	if gap >= 100 {
-		t.Logf("the goal is under 1 s of loss: this run lost %v", time.Duration(gap)*10*time.Millisecond)
+	for _, v := range vantages {
+		out := <-v.out
+		sent, recv, gap := pingLoss(out, pings)
+		loss := time.Duration(gap) * 10 * time.Millisecond
+		t.Logf("  ping every 10 ms from %s: %d of %d lost, the longest gap %d pings (%v), %+d ms beyond QEMU's downtime (the goal: at most +20)",
+			v.name, sent-recv, sent, gap, loss, loss.Milliseconds()-status.Downtime)
+		if gap > 50 {
+			t.Logf("  %s: the longest gap began at seq %d; around it:\n%s", v.name, gapStart(out, sent), aroundGap(out, sent))
+		}
+		if sent < pings*9/10 || recv < sent-500 {
+			// Without the switch on the guest's announcement the routes
+			// stay with the paused source and every ping after the
+			// migration is lost (and a blackhole on the target loses
+			// every ping from there until the claim moves); 5 s is far
+			// above the goal and far below either.
+			t.Errorf("ping from %s across the migration: %d sent, %d answered: want the pings to go on\n%s", v.name, sent, recv, lastLines(out, 5))
+			// What the nodes and the pod know of the VM now.
+			for _, n := range []*cluster.RealNode{a, b} {
+				for _, cmd := range [][]string{{"ip", "neigh", "show", "dev", "vmlane0"}, {"ip", "route", "get", addr.String()}, {"bridge", "fdb", "show", "br", "vmlane0"}} {
+					o, _ := n.Run("", cmd...)
+					t.Logf("%s: %v:\n%s", n.Name, cmd, o)
+				}
+			}
+			o, _ := c.Exec(v.pod, "ip", "neigh")
+			t.Logf("%s: ip neigh:\n%s", v.pod.Name, o)
+		}
 	}
 
 	// KubeVirt deletes the source's pod once the migration is done.
@@ -256,4 +305,45 @@ func pingLoss(out string, count int) (sent, recv, gap int) {
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// gapStart is the first seq of the longest run of lost pings.
+func gapStart(out string, sent int) int {
+	got := map[int]bool{}
+	for _, m := range pingSeq.FindAllStringSubmatch(out, -1) {
+		n, _ := strconv.Atoi(m[1])
+		got[n] = true
+	}
+	best, bestStart, run := 0, -1, 0
+	for i := 0; i < sent; i++ {
+		if got[i] {
+			run = 0
+			continue
+		}
+		run++
+		if run > best {
+			best, bestStart = run, i-run+1
+		}
+	}
+	return bestStart
+}
+
+// aroundGap is the ping lines just before and after the longest gap.
+func aroundGap(out string, sent int) string {
+	start := gapStart(out, sent)
+	var keep []string
+	for _, l := range strings.Split(out, "\n") {
+		m := pingSeq.FindStringSubmatch(l)
+		if m == nil {
+			if !strings.Contains(l, "seq=") && strings.TrimSpace(l) != "" {
+				keep = append(keep, l)
+			}
+			continue
+		}
+		n, _ := strconv.Atoi(m[1])
+		if n >= start-3 && n <= start+3 || n > start && len(keep) < 12 {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "\n")
 }
