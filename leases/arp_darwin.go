@@ -4,6 +4,8 @@ import (
 	"net"
 	"net/netip"
 	"syscall"
+
+	"github.com/vmlane/vmlane/internal/netaddr"
 )
 
 // readARP reads the node's ARP table: the routing socket's dump of the
@@ -28,16 +30,11 @@ func interfaceAddrs(index int) []netip.Prefix {
 	}
 	var out []netip.Prefix
 	for _, a := range addrs {
-		n, ok := a.(*net.IPNet)
-		if !ok {
-			continue
+		if n, ok := a.(*net.IPNet); ok {
+			if p := netaddr.Prefix(n); p.IsValid() {
+				out = append(out, p)
+			}
 		}
-		ip, ok := netip.AddrFromSlice(n.IP)
-		ones, bits := n.Mask.Size()
-		if !ok || bits == 0 {
-			continue
-		}
-		out = append(out, netip.PrefixFrom(ip.Unmap(), ones-(bits-ip.Unmap().BitLen())))
 	}
 	return out
 }

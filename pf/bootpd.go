@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"howett.net/plist"
+
+	"github.com/vmlane/vmlane/internal/atomicfile"
 )
 
 // DefaultBootpdPlist is the configuration of bootpd, the DHCP server of
@@ -129,7 +131,7 @@ func ApplyBootpdPlist(path, statePath string) (bool, error) {
 			return false, fmt.Errorf("saving vmnet state: %w", err)
 		}
 	}
-	if err := writeFileAtomic(path, out, mode); err != nil {
+	if err := atomicfile.WriteFileAll(path, out, mode); err != nil {
 		return false, fmt.Errorf("writing bootpd plist %s: %w", path, err)
 	}
 	return true, nil
@@ -158,7 +160,7 @@ func restoreBootpd(path string, prev Previous) (string, error) {
 		return "", fmt.Errorf("bootpd plist %s: %w", path, err)
 	}
 	if changed {
-		if err := writeFileAtomic(path, out, mode); err != nil {
+		if err := atomicfile.WriteFileAll(path, out, mode); err != nil {
 			return "", fmt.Errorf("writing bootpd plist %s: %w", path, err)
 		}
 	}

@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
-
-	"github.com/vmlane/vmlane/internal/atomicfile"
 )
 
 // readState reads one of vmlane's JSON state files (what it set up, for
@@ -27,15 +24,4 @@ func readState[T any](path, kind string) (T, error) {
 		return st, fmt.Errorf("%s state %s: %w", kind, path, err)
 	}
 	return st, nil
-}
-
-// writeFileAtomic replaces path with data (atomicfile.WriteFile), making
-// its folder first: /var/db/vmlane may not exist on a Mac yet. A reader
-// (vmnet, a VM runtime, `vmlanectl teardown`) sees the old file or the
-// new one, never a mix, and a crash leaves one of the two whole.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return atomicfile.WriteFile(path, data, perm)
 }

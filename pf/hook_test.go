@@ -3,6 +3,8 @@ package pf
 import (
 	"strings"
 	"testing"
+
+	"github.com/vmlane/vmlane/internal/atomicfile"
 )
 
 func TestCheckHook(t *testing.T) {
@@ -63,7 +65,7 @@ func TestPFCheckHook(t *testing.T) {
 // state and vmnet files make their folder.
 func TestStateFolderMade(t *testing.T) {
 	path := t.TempDir() + "/var/db/vmlane/pf.json"
-	if err := writeFileAtomic(path, []byte("{}\n"), 0o600); err != nil {
+	if err := atomicfile.WriteFileAll(path, []byte("{}\n"), 0o600); err != nil {
 		t.Fatalf("writing into a folder that does not exist yet: %v", err)
 	}
 }

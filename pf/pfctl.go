@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vmlane/vmlane/internal/atomicfile"
 	"github.com/vmlane/vmlane/internal/command"
 )
 
@@ -85,7 +86,7 @@ func (p *PF) save() error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(p.statePath, append(data, '\n'), 0o600)
+	return atomicfile.WriteFileAll(p.statePath, append(data, '\n'), 0o600)
 }
 
 var tokenRE = regexp.MustCompile(`Token : ([0-9]+)`)

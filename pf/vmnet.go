@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"net/netip"
 	"os"
+
+	"github.com/vmlane/vmlane/internal/atomicfile"
 )
 
 // DefaultVmnetStatePath is where vmlaned records what it changed in
@@ -38,7 +40,7 @@ func saveVmnetState(path string, st vmnetState) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(path, append(data, '\n'), 0o600)
+	return atomicfile.WriteFileAll(path, append(data, '\n'), 0o600)
 }
 
 // readOptional reads a file that may not exist yet, and its mode (def
@@ -96,7 +98,7 @@ func ApplyPlist(path, statePath string, subnet netip.Prefix) (bool, error) {
 	if err := saveVmnetState(statePath, st); err != nil {
 		return false, fmt.Errorf("saving vmnet state: %w", err)
 	}
-	if err := writeFileAtomic(path, out, mode); err != nil {
+	if err := atomicfile.WriteFileAll(path, out, mode); err != nil {
 		return false, fmt.Errorf("writing vmnet plist %s: %w", path, err)
 	}
 	return true, nil
@@ -125,7 +127,7 @@ func WriteNetworkFile(path, statePath string, n Network) (bool, error) {
 		return false, nil
 	}
 	// World-readable: VM runtimes run as their users, not as root.
-	if err := writeFileAtomic(path, data, 0o644); err != nil {
+	if err := atomicfile.WriteFileAll(path, data, 0o644); err != nil {
 		return false, fmt.Errorf("writing vmnet network file %s: %w", path, err)
 	}
 	return true, nil
@@ -196,7 +198,7 @@ func restorePlist(path string, prev, set SharedNet) (string, error) {
 		return "", fmt.Errorf("vmnet plist %s: %w", path, err)
 	}
 	if changed {
-		if err := writeFileAtomic(path, out, mode); err != nil {
+		if err := atomicfile.WriteFileAll(path, out, mode); err != nil {
 			return "", fmt.Errorf("writing vmnet plist %s: %w", path, err)
 		}
 	}

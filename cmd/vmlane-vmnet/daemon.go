@@ -193,7 +193,9 @@ func (d *daemon) Request(id uint64, p vmnet.Peer, req vmnet.Request) (vmnet.Repl
 	if !d.clients[id] {
 		d.clients[id] = true
 		d.log.Info("client holds the pod network", "conn", id, "pid", p.PID, "uid", p.UID, "clients", len(d.clients))
-		d.syncLocked()
+		before := d.st
+		d.st.Clients = len(d.clients)
+		d.writeState(before)
 	}
 	return rep, d.held.Serialization
 }

@@ -95,10 +95,12 @@ type claimsSync struct {
 	awaited awaitedMACs
 	// away writes the bridge's table of MACs of VMs that run elsewhere
 	// and of the ports of VMs that moved in (bridge.SyncAway when nil);
-	// awayHad is what it last wrote, and awayAt when.
-	away    func(bridge string, local []netip.Prefix, macs, ports []string) error
-	awayHad []string
-	awayAt  time.Time
+	// awayMACs and awayPorts are what it last wrote (awayAt when; zero:
+	// nothing written yet).
+	away      func(bridge string, local []netip.Prefix, macs, ports []string) error
+	awayMACs  []string
+	awayPorts []string
+	awayAt    time.Time
 	// nodes, when set, answers node and nodesGen instead of the route
 	// controller's cache (tests).
 	nodes nodeSource
@@ -333,14 +335,9 @@ func movedInPorts(f *leases.File) []string {
 	}
 	var out []string
 	for _, l := range f.Leases {
-		if !l.Live() || !l.Home.IsValid() || l.ContainerID == "" {
-			continue
+		if l.Live() && l.Home.IsValid() && l.ContainerID != "" {
+			out = append(out, leasePort(l))
 		}
-		port := l.BridgePort
-		if port == "" {
-			port = plugin.HostVethName(l.Key())
-		}
-		out = append(out, port)
 	}
 	slices.Sort(out)
 	return out
@@ -393,13 +390,19 @@ func vmPorts(f *leases.File) map[string]string {
 		if l.VMName == "" || l.ContainerID == "" {
 			continue
 		}
-		port := l.BridgePort
-		if port == "" {
-			port = plugin.HostVethName(l.Key())
-		}
-		out[l.VMName] = port
+		out[l.VMName] = leasePort(l)
 	}
 	return out
+}
+
+// leasePort is an attached lease's port of the bridge: the one it
+// records, or (anti-spoofing off) the one the plugin names after the
+// attachment.
+func leasePort(l leases.Lease) string {
+	if l.BridgePort != "" {
+		return l.BridgePort
+	}
+	return plugin.HostVethName(l.Key())
 }
 
 // apply sorts the claims into what the node uses: the VMs the route

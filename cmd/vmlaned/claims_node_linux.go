@@ -111,9 +111,8 @@ func (s *claimsSync) awayLent(lent []plugin.NodeClaim, ports []string) {
 		macs = append(macs, c.MAC)
 	}
 	slices.Sort(macs)
-	// One list for the comparison: the MACs, then the ports.
-	key := append(append(slices.Clip(macs), "|"), ports...)
-	if slices.Equal(key, s.awayHad) && time.Since(s.awayAt) < claimsResync {
+	if !s.awayAt.IsZero() && time.Since(s.awayAt) < claimsResync &&
+		slices.Equal(macs, s.awayMACs) && slices.Equal(ports, s.awayPorts) {
 		return
 	}
 	sync := s.away
@@ -133,7 +132,7 @@ func (s *claimsSync) awayLent(lent []plugin.NodeClaim, ports []string) {
 		s.log.Warn("the bridge's table of VMs that run elsewhere: this node's pods reach such a VM only once their neighbour entry for it expires", "table", bridge.AwayTable, "err", err)
 		return
 	}
-	s.awayHad, s.awayAt = key, time.Now()
+	s.awayMACs, s.awayPorts, s.awayAt = macs, ports, time.Now()
 }
 
 // neighProxies is the bridge's NDP proxy table (`ip -6 neigh … proxy`);

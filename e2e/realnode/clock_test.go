@@ -42,7 +42,10 @@ func startMigrationClock(t *testing.T, target *cluster.RealNode, targetIP netip.
 		t.Cleanup(func() { h.Close() })
 		return h
 	}
-	hw, _ := net.ParseMAC(mac)
+	hw, err := net.ParseMAC(mac)
+	if err != nil {
+		t.Fatalf("the guest's MAC %q: %v", mac, err)
+	}
 	th := open(target)
 	nch, ndone := make(chan netlink.NeighUpdate, 256), make(chan struct{})
 	if err := netlink.NeighSubscribeWithOptions(nch, ndone, netlink.NeighSubscribeOptions{Namespace: &th}); err != nil {

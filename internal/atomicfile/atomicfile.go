@@ -26,6 +26,16 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 	return SyncDir(folder(path))
 }
 
+// WriteFileAll is WriteFile, making path's folder first (mode 0755) when
+// it does not exist: a state folder such as /var/db/vmlane may not yet on
+// a fresh Mac.
+func WriteFileAll(path string, data []byte, perm os.FileMode) error {
+	if err := os.MkdirAll(folder(path), 0o755); err != nil {
+		return err
+	}
+	return WriteFile(path, data, perm)
+}
+
 // folder is the folder path is in, "." for a bare name.
 func folder(path string) string {
 	if dir, _ := filepath.Split(path); dir != "" {

@@ -66,3 +66,14 @@ func assertOnly(t *testing.T, dir string, names ...string) {
 		t.Fatalf("folder holds %v, want %v (a temp file left behind?)", got, names)
 	}
 }
+
+// TestWriteFileAll: the folder is made when missing, and the file written.
+func TestWriteFileAll(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "db", "vmlane", "state.json")
+	if err := WriteFileAll(path, []byte("{}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(path); err != nil || string(b) != "{}\n" {
+		t.Errorf("read back %q, %v", b, err)
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/vmlane/vmlane/internal/atomicfile"
@@ -69,10 +68,7 @@ func WriteState(path string, st State) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return atomicfile.WriteFile(path, append(data, '\n'), 0o644)
+	return atomicfile.WriteFileAll(path, append(data, '\n'), 0o644)
 }
 
 // ReadState reads vmlane-vmnet's state file.

@@ -23,11 +23,10 @@ type API struct {
 	Subnet netip.Prefix
 	IPv6   netip.Prefix
 
-	next    uintptr
-	live    map[uintptr]string // handles not yet released
-	setAddr netip.Addr
-	setMask netip.Addr
-	setIPv6 netip.Prefix
+	next      uintptr
+	live      map[uintptr]string // handles not yet released
+	setSubnet netip.Prefix
+	setIPv6   netip.Prefix
 }
 
 // New is an API with nothing failing.
@@ -67,32 +66,38 @@ func (f *API) record(format string, args ...any) {
 	f.Calls = append(f.Calls, fmt.Sprintf(format, args...))
 }
 
-func (f *API) ConfigurationCreate(mode vmnet.Mode) (vmnet.Configuration, vmnet.Status) {
-	st := f.status("vmnet_network_configuration_create")
+// create answers a function that makes an object of kind from arg
+// (fn(arg, &status)): a new handle, or NULL with the status Fail gives.
+func (f *API) create(fn, kind, arg string) (uintptr, vmnet.Status) {
+	st := f.status(fn)
 	if st != vmnet.Success {
-		f.record("vmnet_network_configuration_create(%s, &status) = NULL, %s", mode, st)
+		f.record("%s(%s, &status) = NULL, %s", fn, arg, st)
 		return 0, st
 	}
-	h := f.handle("cfg")
-	f.record("%s = vmnet_network_configuration_create(%s, &status) [%s]", f.name(h), mode, st)
+	h := f.handle(kind)
+	f.record("%s = %s(%s, &status) [%s]", f.name(h), fn, arg, st)
+	return h, st
+}
+
+func (f *API) ConfigurationCreate(mode vmnet.Mode) (vmnet.Configuration, vmnet.Status) {
+	h, st := f.create("vmnet_network_configuration_create", "cfg", mode.String())
 	return vmnet.Configuration(h), st
 }
 
 func (f *API) ConfigurationSetIPv4Subnet(cfg vmnet.Configuration, addr, mask netip.Addr) vmnet.Status {
 	fn := "vmnet_network_configuration_set_ipv4_subnet"
 	st := f.status(fn)
+	m := mask.As4()
+	ones, _ := net.IPMask(m[:]).Size()
+	subnet := netip.PrefixFrom(addr, ones).Masked()
 	// A refusal of the first host only: "first-host" fails the gateway
 	// form and takes the network address.
-	if s, ok := f.Fail[fn+"/first-host"]; ok {
-		m := mask.As4()
-		ones, _ := net.IPMask(m[:]).Size()
-		if netip.PrefixFrom(addr, ones).Masked().Addr() != addr {
-			st = s
-		}
+	if s, ok := f.Fail[fn+"/first-host"]; ok && subnet.Addr() != addr {
+		st = s
 	}
 	f.record("vmnet_network_configuration_set_ipv4_subnet(%s, %s, %s) = %s", f.name(uintptr(cfg)), addr, mask, st)
 	if st == vmnet.Success {
-		f.setAddr, f.setMask = addr, mask
+		f.setSubnet = subnet
 	}
 	return st
 }
@@ -131,25 +136,20 @@ func (f *API) ConfigurationDisableNAT66(cfg vmnet.Configuration) {
 }
 
 func (f *API) NetworkCreate(cfg vmnet.Configuration) (vmnet.Network, vmnet.Status) {
-	st := f.status("vmnet_network_create")
-	if st != vmnet.Success {
-		f.record("vmnet_network_create(%s, &status) = NULL, %s", f.name(uintptr(cfg)), st)
-		return 0, st
-	}
-	h := f.handle("net")
-	f.record("%s = vmnet_network_create(%s, &status) [%s]", f.name(h), f.name(uintptr(cfg)), st)
+	h, st := f.create("vmnet_network_create", "net", f.name(uintptr(cfg)))
 	return vmnet.Network(h), st
 }
 
+// NetworkGetIPv4Subnet reports the network address and mask of Subnet, or
+// of what was set.
 func (f *API) NetworkGetIPv4Subnet(n vmnet.Network) (netip.Addr, netip.Addr) {
-	addr, mask := f.setAddr, f.setMask
+	p := f.setSubnet
 	if f.Subnet.IsValid() {
-		addr, mask = f.Subnet.Addr(), maskOf(f.Subnet)
-	} else if addr.IsValid() {
-		// vmnet reports the network address.
-		m := mask.As4()
-		ones, _ := net.IPMask(m[:]).Size()
-		addr = netip.PrefixFrom(addr, ones).Masked().Addr()
+		p = f.Subnet
+	}
+	var addr, mask netip.Addr
+	if p.IsValid() {
+		addr, mask = p.Addr(), maskOf(p)
 	}
 	f.record("vmnet_network_get_ipv4_subnet(%s, &addr, &mask) -> %s, %s", f.name(uintptr(n)), addr, mask)
 	return addr, mask
@@ -165,13 +165,7 @@ func (f *API) NetworkGetIPv6Prefix(n vmnet.Network) (netip.Addr, uint8) {
 }
 
 func (f *API) NetworkCopySerialization(n vmnet.Network) (vmnet.XPCObject, vmnet.Status) {
-	st := f.status("vmnet_network_copy_serialization")
-	if st != vmnet.Success {
-		f.record("vmnet_network_copy_serialization(%s, &status) = NULL, %s", f.name(uintptr(n)), st)
-		return 0, st
-	}
-	h := f.handle("xpc")
-	f.record("%s = vmnet_network_copy_serialization(%s, &status) [%s]", f.name(h), f.name(uintptr(n)), st)
+	h, st := f.create("vmnet_network_copy_serialization", "xpc", f.name(uintptr(n)))
 	return vmnet.XPCObject(h), st
 }
 
