@@ -107,6 +107,17 @@ func EditPlist(data []byte, want SharedNet) ([]byte, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
+	// The text (OpenStep) encoder leaves some keys unquoted that its own
+	// parser refuses (a key of nineteen digits, found by FuzzEditPlist):
+	// a file that does not read back is written as XML instead, which
+	// vmnet reads as well.
+	if _, _, err := decodePlist(out); err != nil && format != plist.XMLFormat {
+		out, err = plist.MarshalIndent(dict, plist.XMLFormat, "\t")
+		if err != nil {
+			return nil, false, err
+		}
+		out = append(out, '\n')
+	}
 	return out, true, nil
 }
 
