@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/vmlane/vmlane/internal/atomicfile"
+	"github.com/vmlane/vmlane/internal/ndproxy"
 	"github.com/vmlane/vmlane/leases"
 	"github.com/vmlane/vmlane/plugin"
 	"github.com/vmlane/vmlane/routes"
@@ -101,6 +103,15 @@ type claimsSync struct {
 	awayMACs  []string
 	awayPorts []string
 	awayAt    time.Time
+	// nd answers the IPv6 neighbour solicitations of the guests that
+	// moved in, for their home subnets (an ndproxy.Responder, made at
+	// the first such guest, when nil); ndGuests and ndOnBridge are what
+	// it was last given (ndAt when), ndErr its last error, said once.
+	nd         ndResponder
+	ndGuests   []ndproxy.Guest
+	ndOnBridge []netip.Addr
+	ndAt       time.Time
+	ndErr      string
 	// nodes, when set, answers node and nodesGen instead of the route
 	// controller's cache (tests).
 	nodes nodeSource
@@ -141,6 +152,11 @@ func runClaims(ctx context.Context, dyn dynamic.Interface, c *config, subnet net
 		default:
 		}
 	}, log)
+	defer func() {
+		if s.nd != nil {
+			s.nd.Close()
+		}
+	}()
 	poll := time.NewTicker(claimsPoll)
 	defer poll.Stop()
 	var lastStat os.FileInfo
@@ -324,6 +340,7 @@ func (s *claimsSync) pass(ctx context.Context) {
 	s.ctrl.SetVMs(vms)
 	s.proxyLent(lent)
 	s.awayLent(lent, movedInPorts(file))
+	s.answerMovedIn(movedInGuests(file))
 }
 
 // movedInPorts names the bridge ports of the live leases of f whose
@@ -343,6 +360,30 @@ func movedInPorts(f *leases.File) []string {
 	return out
 }
 
+// movedInGuests are the guests of the live leases of f whose IPv6
+// address moved in from another node's subnet (their ports, MACs and home
+// subnets), and onBridge the IPv6 addresses of every live lease of f: the
+// node answers the guests' neighbour solicitations for their home subnets
+// but for these (ndproxy).
+func movedInGuests(f *leases.File) (guests []ndproxy.Guest, onBridge []netip.Addr) {
+	if f == nil {
+		return nil, nil
+	}
+	for _, l := range f.Leases {
+		if !l.Live() || !l.IP6.IsValid() {
+			continue
+		}
+		onBridge = append(onBridge, l.IP6)
+		mac, err := net.ParseMAC(l.MAC)
+		if l.Home6.IsValid() && l.ContainerID != "" && err == nil {
+			guests = append(guests, ndproxy.Guest{Port: leasePort(l), MAC: mac, Home: l.Home6})
+		}
+	}
+	slices.SortFunc(guests, func(a, b ndproxy.Guest) int { return strings.Compare(a.Port, b.Port) })
+	slices.SortFunc(onBridge, netip.Addr.Compare)
+	return guests, onBridge
+}
+
 // withoutVMs is apply's result without the claims of refused VMs.
 func withoutVMs(vms []routes.VM, mirror plugin.ClaimsFile, lent []plugin.NodeClaim, refused map[string]bool) ([]routes.VM, plugin.ClaimsFile, []plugin.NodeClaim) {
 	vms = slices.DeleteFunc(slices.Clone(vms), func(v routes.VM) bool { return refused[v.Name] })
@@ -356,10 +397,11 @@ func withoutVMs(vms []routes.VM, mirror plugin.ClaimsFile, lent []plugin.NodeCla
 // have run here since the node started waiting for them
 // (announcements.heard). It hands their MACs to watchFrames.
 func (s *claimsSync) heard(want map[string]claimStatus, have []claim, ports map[string]string) map[string]bool {
-	mig := map[string]string{}
+	mig, pods := map[string]string{}, map[string]string{}
 	for _, c := range have {
 		if w, ok := want[c.VM]; ok && migrating(w, c.Status, s.c.NodeName, s.nodeUp) {
 			mig[c.VM] = w.MAC // the lease's, normalized by the store
+			pods[c.VM] = w.Pod
 		}
 	}
 	s.awaited.set(mig)
@@ -371,9 +413,9 @@ func (s *claimsSync) heard(want map[string]claimStatus, have []claim, ports map[
 		}
 		last = framesOnPorts(frames, mig, ports)
 	}
-	heard, flapping := s.ann.heard(mig, last, time.Now())
+	heard, flapping := s.ann.heard(mig, pods, last, time.Now())
 	for _, vm := range flapping {
-		s.warnOnce(vm, fmt.Sprintf("VM %s: its guest is heard on this node's bridge again, %v after this node took its claim and lost it: are two guests with MAC %s running at once? The claim stays where it is for now", vm, retakeAfter, mig[vm]))
+		s.warnOnce(vm, fmt.Sprintf("VM %s: its guest is heard on this node's bridge again in the same pod, within %v of this node taking its claim and losing it: are two guests with MAC %s running at once? The claim stays where it is for now", vm, retakeAfter, mig[vm]))
 	}
 	return heard
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/netip"
 	"path/filepath"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/vmlane/vmlane/internal/ndproxy"
 	"github.com/vmlane/vmlane/internal/testing/netnstest"
 	"github.com/vmlane/vmlane/internal/testing/privtest"
 	"github.com/vmlane/vmlane/leases"
@@ -432,5 +434,77 @@ func TestMovedInPorts(t *testing.T) {
 	}
 	if got := movedInPorts(nil); got != nil {
 		t.Errorf("movedInPorts(nil) = %q", got)
+	}
+}
+
+// TestMovedInGuests: the guests of live leases whose IPv6 address moved in,
+// with their ports, MACs and home subnets, and the IPv6 addresses of every
+// live lease, which the node never answers for.
+func TestMovedInGuests(t *testing.T) {
+	p, a := netip.MustParsePrefix, netip.MustParseAddr
+	f := &leases.File{Subnet: p("10.244.1.0/24"), Leases: []leases.Lease{
+		{IP: a("10.244.0.5"), Home: p("10.244.0.0/24"), IP6: a("fd00:10:244::5"), Home6: p("fd00:10:244::/64"), MAC: "02:76:0a:f4:00:05",
+			State: leases.StateBound, Source: leases.SourceCNI, VMName: "default/in", ContainerID: "c1", BridgePort: "vml0000000000a"},
+		{IP: a("10.244.2.7"), Home: p("10.244.2.0/24"), IP6: a("fd00:10:244:2::7"), Home6: p("fd00:10:244:2::/64"), MAC: "02:76:0a:f4:02:07",
+			State: leases.StateHeld, Source: leases.SourceCNI, VMName: "default/held", BridgePort: "vml0000000000b"},
+		{IP: a("10.244.1.9"), IP6: a("fd00:10:244:1::9"), MAC: "02:76:0a:f4:01:09", State: leases.StateBound, Source: leases.SourceCNI,
+			VMName: "default/home", ContainerID: "c3", BridgePort: "vml0000000000c"},
+		{IP: a("10.244.3.4"), Home: p("10.244.3.0/24"), MAC: "02:76:0a:f4:03:04", State: leases.StateBound, Source: leases.SourceCNI,
+			VMName: "default/v4only", ContainerID: "c4", BridgePort: "vml0000000000d"},
+	}}
+	guests, onBridge := movedInGuests(f)
+	if len(guests) != 1 || guests[0].Port != "vml0000000000a" || guests[0].MAC.String() != "02:76:0a:f4:00:05" || guests[0].Home != p("fd00:10:244::/64") {
+		t.Errorf("movedInGuests: guests %+v, want the moved-in live lease with IPv6 alone", guests)
+	}
+	if want := []netip.Addr{a("fd00:10:244::5"), a("fd00:10:244:1::9")}; !slices.Equal(onBridge, want) {
+		t.Errorf("movedInGuests: on the bridge %v, want %v (the live leases' IPv6)", onBridge, want)
+	}
+	if g, o := movedInGuests(nil); g != nil || o != nil {
+		t.Errorf("movedInGuests(nil) = %v, %v", g, o)
+	}
+}
+
+type fakeND struct {
+	syncs  []string
+	fail   bool
+	closed bool
+}
+
+func (f *fakeND) Sync(guests []ndproxy.Guest, onBridge []netip.Addr) error {
+	var ports []string
+	for _, g := range guests {
+		ports = append(ports, g.Port)
+	}
+	f.syncs = append(f.syncs, fmt.Sprint(ports, onBridge))
+	if f.fail {
+		return errors.New("no packet sockets")
+	}
+	return nil
+}
+
+func (f *fakeND) Close() { f.closed = true }
+
+// TestAnswerMovedIn: the responder is given the guests when they change,
+// not at every pass, and again after a failure.
+func TestAnswerMovedIn(t *testing.T) {
+	s := &claimsSync{c: &config{Bridge: "vmlane0"}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s.answerMovedIn(nil, nil)
+	if s.nd != nil {
+		t.Fatal("a responder made with no guest that moved in")
+	}
+	nd := &fakeND{}
+	s.nd = nd
+	g := ndproxy.Guest{Port: "vml0123456789a", MAC: net.HardwareAddr{2, 0x76, 10, 0xf4, 0, 5}, Home: netip.MustParsePrefix("fd00:10:244::/64")}
+	on := []netip.Addr{netip.MustParseAddr("fd00:10:244::5")}
+	s.answerMovedIn([]ndproxy.Guest{g}, on)
+	s.answerMovedIn([]ndproxy.Guest{g}, on) // unchanged
+	nd.fail = true
+	s.answerMovedIn(nil, nil) // it went: the sync fails
+	nd.fail = false
+	s.answerMovedIn(nil, nil) // tried again
+	s.answerMovedIn(nil, nil) // unchanged
+	want := []string{"[vml0123456789a] [fd00:10:244::5]", "[] []", "[] []"}
+	if !slices.Equal(nd.syncs, want) {
+		t.Errorf("syncs %q, want %q", nd.syncs, want)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"slices"
 	"sync"
@@ -24,6 +25,8 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/vmlane/vmlane/internal/bridge"
+	"github.com/vmlane/vmlane/internal/ndproxy"
+	"github.com/vmlane/vmlane/internal/ra"
 	"github.com/vmlane/vmlane/leases"
 	"github.com/vmlane/vmlane/plugin"
 )
@@ -133,6 +136,50 @@ func (s *claimsSync) awayLent(lent []plugin.NodeClaim, ports []string) {
 		return
 	}
 	s.awayMACs, s.awayPorts, s.awayAt = macs, ports, time.Now()
+}
+
+// ndResponder answers the neighbour solicitations of guests that moved in
+// (ndproxy.Responder; tests use a fake).
+type ndResponder interface {
+	Sync(guests []ndproxy.Guest, onBridge []netip.Addr) error
+	Close()
+}
+
+// answerMovedIn has the node answer the IPv6 neighbour solicitations of the
+// guests that moved in (movedInGuests) for the addresses of their home
+// subnets: those are on-link for them, and the node is their way home
+// (ndproxy). Given when they change, and again every claimsResync, which
+// watches anew a port made anew; an error is said once.
+func (s *claimsSync) answerMovedIn(guests []ndproxy.Guest, onBridge []netip.Addr) {
+	if s.nd == nil {
+		if len(guests) == 0 {
+			return
+		}
+		// What the bridge advertises, with the guest's home subnet.
+		var advert func(netip.Prefix, net.HardwareAddr) ([]byte, error)
+		if rc := s.c.ra6; rc != nil {
+			advert = func(home netip.Prefix, mac net.HardwareAddr) ([]byte, error) {
+				c := *rc
+				c.Prefix = home
+				return ra.Build(c, mac, ra.DefaultRouterLifetime)
+			}
+		}
+		s.nd = ndproxy.New(s.c.Bridge, advert, s.log)
+	}
+	if !s.ndAt.IsZero() && time.Since(s.ndAt) < claimsResync && s.ndErr == "" &&
+		slices.EqualFunc(guests, s.ndGuests, ndproxy.Guest.Equal) && slices.Equal(onBridge, s.ndOnBridge) {
+		return
+	}
+	err := s.nd.Sync(guests, onBridge)
+	s.ndGuests, s.ndOnBridge, s.ndAt = guests, onBridge, time.Now()
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	if msg != s.ndErr && msg != "" {
+		s.log.Warn("answering the neighbour solicitations of VMs that moved in: over IPv6 such a VM loses its home node's pods once its neighbour entries for them expire", "err", err)
+	}
+	s.ndErr = msg
 }
 
 // neighProxies is the bridge's NDP proxy table (`ip -6 neigh … proxy`);

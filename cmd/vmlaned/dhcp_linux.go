@@ -206,6 +206,7 @@ func startDHCPv6(ctx context.Context, c *config, alloc dhcp.StoreAllocator, dns6
 	if mtu >= 1280 {
 		rc.MTU = mtu
 	}
+	c.ra6 = &rc
 	go func() {
 		if err := ra.Run(ctx, rc, log); err != nil {
 			log.Error("router advertisements stopped", "component", "ra", "err", err)

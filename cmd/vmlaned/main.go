@@ -29,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vmlane/vmlane/internal/ra"
 	"github.com/vmlane/vmlane/internal/version"
 	"github.com/vmlane/vmlane/leases"
 	"github.com/vmlane/vmlane/pf"
@@ -125,6 +126,12 @@ type config struct {
 	// dhcp_ignore_client_identifier is set unless BootpdKeepClientID.
 	BootpdPlist        string
 	BootpdKeepClientID bool
+
+	// ra6 is what the bridge's router advertisements say (set by the
+	// DHCPv6 setup, before the claims sync starts): a guest that moved in
+	// gets the same with its home subnet (ndproxy). Nil on a node without
+	// IPv6.
+	ra6 *ra.Config
 }
 
 func parseFlags(args []string, stderr io.Writer) (*config, error) {

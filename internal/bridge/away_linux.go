@@ -47,6 +47,7 @@ const (
 	awaySet       = "macs"
 	awayPortsSet  = "ports"
 	awayChain     = "prerouting"
+	awayOutChain  = "output"
 	// awayPriority is the bridge family's destination NAT priority
 	// (NF_BR_PRI_NAT_DST_BRIDGED), before the forwarding decision.
 	awayPriority = -300
@@ -111,6 +112,48 @@ func awayRules(local []netip.Prefix) []awayRuleSpec {
 	return append(rules,
 		awayRuleSpec{fmt.Sprintf("unicast IPv4 of a VM that moved in, but to %v, goes up to the node, which routes it home", off4), v4},
 		awayRuleSpec{fmt.Sprintf("unicast IPv6 of a VM that moved in, but to fe80::/10 and %v, goes up to the node, which routes it home", off6), v6})
+}
+
+// outputRules are the output chain's, for what the node itself sends onto
+// the bridge:
+//
+//   - its ICMP and ICMPv6 redirects are dropped. The node sends one when
+//     it forwards a packet back onto the bridge, which it does between
+//     this node's pods and a VM that moved in (whose host route is on the
+//     bridge though its address is not of the bridge's subnet): the
+//     redirect tells each to reach the other at layer 2, by its MAC, and
+//     once the VM moves on (a live migration back, or further) those
+//     entries and the redirected route name a MAC no port of the bridge
+//     has. Without the redirect they keep going through the node, which
+//     routes them wherever the VM runs. Linux has no knob for IPv6's
+//     redirects, and IPv4's send_redirects is or-ed with "all".
+//   - its router advertisements are dropped on the ports of VMs that
+//     moved in (set ports): they announce this node's pod subnet on-link,
+//     and a guest that took it for on-link would resolve this node's pods
+//     by neighbour discovery, and keep doing so after it moved on, where
+//     no one answers (seen in TestVMLiveMigration: the target's pods lost
+//     the VM over IPv6 for good after it migrated back home). vmlaned
+//     sends those guests their home's advertisements itself
+//     (internal/ndproxy).
+func outputRules() []awayRuleSpec {
+	icmp := func(proto, typ byte) []expr.Any {
+		return []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{typ}},
+		}
+	}
+	drop := []expr.Any{&expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop}}
+	toMovedIn := []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+		&expr.Lookup{SourceRegister: 1, SetName: awayPortsSet},
+	}
+	return []awayRuleSpec{
+		{"the node's ICMP redirects to pods and VMs are dropped: they would reach a VM that moved in, and it them, at layer 2 until it moves on", slices.Concat(icmp(unix.IPPROTO_ICMP, 5), drop)},
+		{"the node's ICMPv6 redirects to pods and VMs are dropped: they would reach a VM that moved in, and it them, at layer 2 until it moves on", slices.Concat(icmp(unix.IPPROTO_ICMPV6, 137), drop)},
+		{"the node's router advertisements do not reach a VM that moved in: vmlaned sends it its home's", slices.Concat(toMovedIn, icmp(unix.IPPROTO_ICMPV6, 134), drop)},
+	}
 }
 
 // toHost makes a frame the node's: its destination MAC the bridge's
@@ -179,6 +222,11 @@ func SyncAway(br string, local []netip.Prefix, macs, ports []string) error {
 		for _, r := range awayRules(local) {
 			c.AddRule(&nftables.Rule{Table: awayTable, Chain: ch, Exprs: slices.Concat(r.match, toHost(link)), UserData: awayComment(r.comment)})
 		}
+		out := c.AddChain(&nftables.Chain{Name: awayOutChain, Table: awayTable, Type: nftables.ChainTypeFilter,
+			Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter})
+		for _, r := range outputRules() {
+			c.AddRule(&nftables.Rule{Table: awayTable, Chain: out, Exprs: r.match, UserData: awayComment(r.comment)})
+		}
 	}
 	for _, e := range []struct {
 		set  *nftables.Set
@@ -200,6 +248,15 @@ func SyncAway(br string, local []netip.Prefix, macs, ports []string) error {
 // awayRuleIs reports whether the table's rules are there (by their
 // comments, which name the local subnets) and rewrite to brMAC.
 func awayRuleIs(c *nftables.Conn, brMAC net.HardwareAddr, local []netip.Prefix) bool {
+	out, err := c.GetRules(awayTable, &nftables.Chain{Name: awayOutChain, Table: awayTable})
+	if err != nil || len(out) != len(outputRules()) {
+		return false
+	}
+	for i, r := range out {
+		if got, _ := userdata.GetString(r.UserData, userdata.TypeComment); got != "vmlane: "+outputRules()[i].comment {
+			return false
+		}
+	}
 	rules, err := c.GetRules(awayTable, &nftables.Chain{Name: awayChain, Table: awayTable})
 	want := awayRules(local)
 	if err != nil || len(rules) != len(want) {

@@ -1,12 +1,17 @@
 package bridge
 
 import (
+	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/nftables"
+	"golang.org/x/net/ipv6"
 
+	"github.com/vmlane/vmlane/internal/ra"
 	"github.com/vmlane/vmlane/internal/testing/netnstest"
 	"github.com/vmlane/vmlane/internal/testing/privtest"
 )
@@ -59,6 +64,7 @@ func TestAwayRedirect(t *testing.T) {
 		{"ip", "-6", "addr", "add", "fd00:10:244:9::6/64", "dev", "eth0", "nodad"},
 		{"ip", "link", "set", "eth0", "up"},
 		{"ip", "route", "add", "default", "via", "10.244.9.1"},
+		{"ip", "-6", "route", "add", "default", "via", "fe80::76:ff:fe00:1", "dev", "eth0"},
 		// What the guest learnt of a pod of its home subnet before it
 		// moved.
 		{"ip", "neigh", "replace", "10.244.9.5", "lladdr", "02:76:0a:f4:09:05", "dev", "eth0", "nud", "permanent"},
@@ -71,6 +77,7 @@ func TestAwayRedirect(t *testing.T) {
 		{"ip", "-6", "addr", "add", "fd00:10:244::5/64", "dev", "eth0", "nodad"},
 		{"ip", "link", "set", "eth0", "up"},
 		{"ip", "route", "add", "default", "via", "10.244.0.1"},
+		{"ip", "-6", "route", "add", "default", "via", "fe80::76:ff:fe00:1", "dev", "eth0"},
 		// What the pod learnt while the VM ran on this node.
 		{"ip", "neigh", "replace", "10.244.0.6", "lladdr", vmMAC, "dev", "eth0", "nud", "permanent"},
 		{"ip", "-6", "neigh", "replace", "fd00:10:244::6", "lladdr", vmMAC, "dev", "eth0", "nud", "permanent"},
@@ -156,6 +163,56 @@ func TestAwayRedirect(t *testing.T) {
 	if _, err := guest.Run("ping", "-c1", "-W1", "10.244.0.5"); err != nil {
 		t.Errorf("the guest → a pod of this node, with its port in the table: %v", err)
 	}
+	// The pod reaches the guest that moved in through the node, which
+	// sends it no redirect: the pod never learns the guest's MAC, which
+	// leaves with the guest.
+	redirected := func() (v4, v6 bool) {
+		t.Helper()
+		if out, err := pod.Run("ping", "-c2", "-i0.2", "-W1", "10.244.9.6"); err != nil {
+			t.Errorf("the pod → the guest through the node: %v\n%s", err, out)
+		}
+		if out, err := pod.Run("ping", "-6", "-c2", "-i0.2", "-W1", "fd00:10:244:9::6"); err != nil {
+			t.Errorf("the pod → the guest through the node over IPv6: %v\n%s", err, out)
+		}
+		r4, _ := pod.Run("ip", "route", "get", "10.244.9.6")
+		n6, _ := pod.Run("ip", "-6", "neigh", "show", "fd00:10:244:9::6")
+		return strings.Contains(r4, "redirected"), strings.TrimSpace(n6) != ""
+	}
+	if v4, v6 := redirected(); v4 || v6 {
+		t.Errorf("with the table the node redirected the pod to the guest (v4 %v, v6 %v)", v4, v6)
+	}
+	// The node's router advertisements reach its pods, not the guest
+	// that moved in (its port is in the table).
+	advertise := func() (podGot, guestGot bool) {
+		t.Helper()
+		err := node.Do(func() error {
+			msg, err := ra.Build(ra.Config{Iface: "vmlane0", Prefix: netip.MustParsePrefix("fd00:77::/64")}, net.HardwareAddr{2, 0x76, 0, 0, 0, 1}, 0)
+			if err != nil {
+				return err
+			}
+			c, err := net.ListenPacket("ip6:ipv6-icmp", "::")
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			pc := ipv6.NewPacketConn(c)
+			if err := pc.SetMulticastHopLimit(255); err != nil {
+				return err
+			}
+			_, err = pc.WriteTo(msg, nil, &net.IPAddr{IP: net.ParseIP("ff02::1"), Zone: "vmlane0"})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(500 * time.Millisecond)
+		p, _ := pod.Run("ip", "-6", "route", "show", "fd00:77::/64")
+		g, _ := guest.Run("ip", "-6", "route", "show", "fd00:77::/64")
+		return strings.Contains(p, "fd00:77::/64"), strings.Contains(g, "fd00:77::/64")
+	}
+	if p, g := advertise(); !p || g {
+		t.Errorf("the node's advertisement with the guest's port in the table: the pod took it %v (want true), the guest %v (want false)", p, g)
+	}
 	// A pod of this node that takes the guest for on-link (the node's
 	// ICMP redirect says so when it forwards the pod's packets back onto
 	// the bridge) resolves it and talks to it at layer 2: the guest's ARP
@@ -172,6 +229,14 @@ func TestAwayRedirect(t *testing.T) {
 	}
 	if hasTable() {
 		t.Error("the table is there after DeleteAway")
+	}
+	// Without the table the node does redirect the pod to the guest.
+	pod.MustRun(t, "ip", "route", "del", "10.244.9.6/32", "dev", "eth0")
+	if v4, v6 := redirected(); !v4 || !v6 {
+		t.Errorf("without the table: redirected v4 %v, v6 %v; want both: the test proves nothing", v4, v6)
+	}
+	if _, g := advertise(); !g {
+		t.Error("without the table the guest did not take the node's advertisement either: the test proves nothing")
 	}
 	if err := node.Do(DeleteAway); err != nil {
 		t.Errorf("DeleteAway of a table that is gone: %v", err)
