@@ -192,31 +192,38 @@ func migrating(want, have claimStatus, node string, nodeUp func(string) bool) bo
 const announceMargin = 100 * time.Millisecond
 
 // retakeAfter is how soon a node may take a VM's claim by hearing its guest
-// again after it last did and lost the claim since: two guests with one
-// MAC running on two nodes (two pods of a VM that is not migrating, each
-// with a running guest) would otherwise pull the routes to and fro at
-// every frame.
+// in the same pod again after it last did and lost the claim since: two
+// guests with one MAC running on two nodes (two pods of a VM that is not
+// migrating, each with a running guest) would otherwise pull the routes to
+// and fro at every frame. A new pod of the VM on the node (the target of a
+// migration back, soon after one away) is heard at once.
 const retakeAfter = 30 * time.Second
 
 // announcements is what a node remembers of live migrations between its
 // claims passes: since when it has waited for each migrating VM's guest,
-// and when it last took a claim by hearing a guest.
+// and when it last took a claim by hearing a guest, in which pod.
 type announcements struct {
 	waiting map[string]time.Time // VM -> since when
-	took    map[string]time.Time // VM -> when
+	took    map[string]tookClaim // VM -> when, and the pod
 }
 
-// heard takes this pass's migrating VMs (VM -> MAC, see migrating) and when
-// this node's bridge last had a frame from each MAC (lastFrame; a MAC it
-// never had is absent), and says whose guests run here now: a frame from
-// the guest came at least announceMargin after this node started waiting
-// for it. A VM first seen waiting now is not heard: frames from before the
-// wait prove nothing. flapping names the VMs heard here again within
+type tookClaim struct {
+	at  time.Time
+	pod string
+}
+
+// heard takes this pass's migrating VMs (VM -> MAC, see migrating), this
+// node's pod of each (pods: VM -> pod), and when this node's bridge last
+// had a frame from each MAC (lastFrame; a MAC it never had is absent), and
+// says whose guests run here now: a frame from the guest came at least
+// announceMargin after this node started waiting for it. A VM first seen
+// waiting now is not heard: frames from before the wait prove nothing.
+// flapping names the VMs heard here again in the same pod within
 // retakeAfter of this node last taking their claim this way, after it lost
 // the claim: those are not heard, and the caller says why.
-func (a *announcements) heard(migrating map[string]string, lastFrame map[string]time.Time, now time.Time) (heard map[string]bool, flapping []string) {
+func (a *announcements) heard(migrating, pods map[string]string, lastFrame map[string]time.Time, now time.Time) (heard map[string]bool, flapping []string) {
 	if a.waiting == nil {
-		a.waiting, a.took = map[string]time.Time{}, map[string]time.Time{}
+		a.waiting, a.took = map[string]time.Time{}, map[string]tookClaim{}
 	}
 	for vm := range a.waiting {
 		if _, ok := migrating[vm]; !ok {
@@ -224,7 +231,7 @@ func (a *announcements) heard(migrating map[string]string, lastFrame map[string]
 		}
 	}
 	for vm, t := range a.took {
-		if now.Sub(t) >= retakeAfter {
+		if now.Sub(t.at) >= retakeAfter {
 			delete(a.took, vm)
 		}
 	}
@@ -239,12 +246,12 @@ func (a *announcements) heard(migrating map[string]string, lastFrame map[string]
 		if !ok || last.Before(since.Add(announceMargin)) {
 			continue
 		}
-		if took, ok := a.took[vm]; ok && since.After(took) {
+		if took, ok := a.took[vm]; ok && since.After(took.at) && took.pod == pods[vm] {
 			flapping = append(flapping, vm)
 			continue
 		}
 		heard[vm] = true
-		a.took[vm] = now
+		a.took[vm] = tookClaim{at: now, pod: pods[vm]}
 	}
 	slices.Sort(flapping)
 	return heard, flapping

@@ -106,9 +106,10 @@ func TestAnnouncements(t *testing.T) {
 	t0 := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	mig := map[string]string{vm: mac}
+	pod := "default/web-2"
 	check := func(t *testing.T, a *announcements, migrating map[string]string, last map[string]time.Time, now time.Time, want bool, wantFlap bool) {
 		t.Helper()
-		heard, flapping := a.heard(migrating, last, now)
+		heard, flapping := a.heard(migrating, map[string]string{vm: pod}, last, now)
 		if heard[vm] != want || (len(flapping) > 0) != wantFlap {
 			t.Errorf("at %v: heard %v, flapping %v; want heard %v, flapping %v", now.Sub(t0), heard, flapping, want, wantFlap)
 		}
@@ -155,6 +156,20 @@ func TestAnnouncements(t *testing.T) {
 		check(t, &b, mig, map[string]time.Time{mac: at(1000 + 29_000)}, at(1000+29_000), false, true)
 		// retakeAfter later it may take it again (and says so no more).
 		check(t, &b, mig, map[string]time.Time{mac: at(1000 + 30_000)}, at(1000+30_000), true, false)
+	})
+
+	t.Run("migrated away and back within retakeAfter", func(t *testing.T) {
+		// node-b took the claim for pod web-2 at 1 s (a migration here),
+		// lost it at 5 s (the VM migrated on), and at 8 s the VM
+		// migrates here again, into a new pod, web-4: heard at once.
+		var b announcements
+		check(t, &b, mig, nil, at(0), false, false)
+		check(t, &b, mig, map[string]time.Time{mac: at(1000)}, at(1000), true, false)
+		check(t, &b, nil, nil, at(5000), false, false)
+		pod = "default/web-4"
+		check(t, &b, mig, nil, at(7000), false, false)
+		check(t, &b, mig, map[string]time.Time{mac: at(8000)}, at(8000), true, false)
+		pod = "default/web-2"
 	})
 
 	t.Run("an update that failed is retried", func(t *testing.T) {
@@ -346,8 +361,8 @@ func TestFramesOnPorts(t *testing.T) {
 	}
 	var a announcements
 	now := t0.Add(-time.Second)
-	a.heard(mig, got, now)
-	heard, _ := a.heard(mig, framesOnPorts(map[frameKey]time.Time{{Port: "vmlattacker", MAC: "02:76:0a:f4:01:05"}: now.Add(time.Second)}, mig, ports), now.Add(2*time.Second))
+	a.heard(mig, nil, got, now)
+	heard, _ := a.heard(mig, nil, framesOnPorts(map[frameKey]time.Time{{Port: "vmlattacker", MAC: "02:76:0a:f4:01:05"}: now.Add(time.Second)}, mig, ports), now.Add(2*time.Second))
 	if heard["prod/web"] {
 		t.Error("prod/web heard from a frame of its MAC on another port")
 	}
