@@ -8,6 +8,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/vmlane/vmlane/routes"
 )
 
 // BenchmarkClaimsPass is the part of a claims pass that grows with the
@@ -39,7 +41,15 @@ func BenchmarkClaimsPass(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	s := &claimsSync{c: &config{NodeName: "a", LeaseFile: filepath.Join(b.TempDir(), "leases.json"), ClusterCIDRs: pods}, claims: store, warned: map[string]string{}}
+	// The cluster's Nodes, each Ready with its podCIDR (a claim naming a
+	// node that does not exist is not used).
+	nodes := &fakeNodes{byName: map[string]routes.Node{}}
+	for i := range benchNodes {
+		name := fmt.Sprintf("n%04d", i)
+		nodes.byName[name] = routes.Node{Name: name, Ready: true, PodCIDRs: []netip.Prefix{benchPodCIDR(i)}}
+	}
+	s := &claimsSync{c: &config{NodeName: "a", LeaseFile: filepath.Join(b.TempDir(), "leases.json"), ClusterCIDRs: pods}, claims: store,
+		nodes: nodes, warned: map[string]string{}}
 	pass := func() int {
 		vms, mirror, _ := s.apply(s.list())
 		s.writeMirror(mirror)
