@@ -294,7 +294,7 @@ darwin:
 	@# (.github/workflows/macos.yml runs those with sudo).
 	@if [ "$$(uname -s)" = Darwin ]; then $(GO) test -count=1 ./...; fi
 
-## bench: benchmark tables (lease store; CNI ADD/DEL against bridge+host-local, new and repeated container IDs, with and without vmlaned, and ADD against a bare netlink floor; DHCP and DHCPv6 against dnsmasq and ISC Kea, quiet and with busy guests; anti-spoofing table operations; 5,000-node route sync; routes-only at 5,000 Nodes with 1% VM nodes: label convergence, CPU, RSS; 5,000 Nodes with 10,000 VMs away from home against none: sync, RSS, claim-to-route; BGP: 5,000 prefixes to bird against bird; VXLAN: iperf3 through the tunnel against a direct route)
+## bench: benchmark tables (lease store; CNI ADD/DEL against bridge+host-local, new and repeated container IDs, with and without vmlaned, and ADD against a bare netlink floor; DHCP and DHCPv6 against dnsmasq and ISC Kea, quiet and with busy guests; anti-spoofing table operations; 5,000-node route sync; routes-only at 5,000 Nodes with 1% VM nodes: label convergence, CPU, RSS; 5,000 Nodes with 10,000 VMs away from home against none: sync, RSS, claim-to-route; BGP: 5,000 prefixes to bird against bird; VXLAN: iperf3 through the tunnel against a direct route; live migration: ten back and forth, ping loss beyond QEMU's downtime, median and worst)
 bench: deps bench-deps build cni-reference controlplane
 	@mkdir -p $(CACHE)
 	set -o pipefail; $(GO) test -run '^$$' -bench . -benchtime 2s ./leases | tee $(CACHE)/bench-leases.txt | $(GO) run ./internal/bench/benchtable
@@ -317,6 +317,11 @@ bench: deps bench-deps build cni-reference controlplane
 	set -o pipefail; VMLANE_PRIVILEGED=require VMLANE_BIN_DIR=$(BIN) \
 		VMLANE_CONTROLPLANE_DIR=$$(bash internal/testing/controlplane/build.sh --print-dir $(CACHE)/controlplane) \
 		$(GO) test -run '^$$' -bench RouteController5000VMs -benchtime 1x -timeout 20m ./cmd/vmlaned | tee $(CACHE)/bench-routes-vms-api.txt
+	@# Live migration on the real-node cluster: ten back and forth, each
+	@# vantage's ping loss against QEMU's downtime, the median and worst.
+	rm -f $(CACHE)/bench-migration.txt
+	VMLANE_MIGRATION_REPORT=$(CACHE)/bench-migration.txt $(MAKE) --no-print-directory e2e-real RUN='^TestVMLiveMigration$$'
+	cat $(CACHE)/bench-migration.txt
 
 # One go install makes the reference plugins, cached by version: bridge
 # and host-local for `make bench`, and loopback, which a real node's
