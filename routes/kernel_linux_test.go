@@ -2,6 +2,7 @@ package routes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -312,4 +313,45 @@ func natChainLines(save string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestKernelReplaceOwned: the fast path's replace installs and changes
+// vmlane's host routes, and leaves a route of another protocol to exactly
+// the same destination (the CNI plugin's host route) as it is; a next hop
+// that is not directly reachable is refused, as by Replace.
+func TestKernelReplaceOwned(t *testing.T) {
+	n := kernelNode(t)
+	n.MustRun(t, "ip", "route", "add", "10.244.9.6/32", "dev", "eth0", "proto", "78")
+	n.MustRun(t, "ip", "route", "add", "10.244.9.8/32", "via", "192.168.77.2", "proto", "77")
+	n.MustRun(t, "ip", "route", "add", "10.244.9.0/24", "via", "192.168.77.2", "proto", "77")
+	via := netip.MustParseAddr("192.168.77.3")
+	n.MustRun(t, "ip", "neigh", "add", "192.168.77.3", "lladdr", "02:00:00:00:00:03", "dev", "eth0")
+	var errs []error
+	err := n.Do(func() error {
+		tb := NewKernelTable().(ownedReplacer)
+		for _, dst := range []string{"10.244.9.6/32", "10.244.9.7/32", "10.244.9.8/32"} {
+			errs = append(errs, tb.ReplaceOwned(netip.MustParsePrefix(dst), via, DefaultProtocol))
+		}
+		errs = append(errs, tb.ReplaceOwned(netip.MustParsePrefix("10.244.9.10/32"), netip.MustParseAddr("10.0.0.9"), DefaultProtocol))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(errs[0], errForeign) || errs[1] != nil || errs[2] != nil || errs[3] == nil {
+		t.Errorf("ReplaceOwned: %v; want foreign, ok, ok, refused", errs)
+	}
+	got := routeLines(t, n)
+	for _, line := range []string{
+		"10.244.9.6 dev eth0 proto 78",
+		"10.244.9.7 via 192.168.77.3 dev eth0 proto 77",
+		"10.244.9.8 via 192.168.77.3 dev eth0 proto 77",
+	} {
+		if !strings.Contains(got, line) {
+			t.Errorf("missing %q in:\n%s", line, got)
+		}
+	}
+	if strings.Contains(got, "10.244.9.10") {
+		t.Errorf("a route via an unreachable next hop:\n%s", got)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"reflect"
+	"sync"
 	"time"
 )
 
@@ -45,6 +46,51 @@ type Loop struct {
 
 	trigger chan struct{}
 	applied [2][]Chain // per family (familyIndex), the chains last applied without error
+	// mu keeps a reconcile and an Apply from running at once.
+	mu sync.Mutex
+}
+
+// ownedReplacer is a routeTable that replaces one route unless the kernel
+// routes exactly its destination by another protocol (netlinkTable).
+type ownedReplacer interface {
+	ReplaceOwned(dst netip.Prefix, via netip.Addr, proto int) error
+}
+
+// errForeign is ReplaceOwned's refusal.
+var errForeign = errors.New("routed by another owner")
+
+// Apply is the fast path of a change whose every route the caller knows (a
+// VM's host route, when its VMClaim moved): it replaces replace and
+// deletes del at once, between reconciles. A route the kernel refuses (a
+// next hop that is not directly reachable, which the tunnel or the fabric
+// carries) or that another owner holds is not changed: the caller leaves
+// it to a reconcile. It does nothing on a table that cannot tell another
+// owner's route (ownedReplacer), and reports how many routes it changed.
+func (l *Loop) Apply(replace []Route, del []KernelRoute) int {
+	t, ok := l.Table.(ownedReplacer)
+	if !ok {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, r := range replace {
+		if err := t.ReplaceOwned(r.Dst, r.Via, l.Proto); err != nil {
+			l.Log.Debug("route left to the reconcile", "route", r.String(), "err", err)
+			continue
+		}
+		n++
+		l.Log.Debug("route installed ahead of the reconcile", "route", r.String(), "node", r.Node)
+	}
+	for _, r := range del {
+		r.Proto = l.Proto
+		if err := l.Table.Delete(r); err != nil {
+			l.Log.Debug("route deletion left to the reconcile", "route", r.String(), "err", err)
+			continue
+		}
+		n++
+	}
+	return n
 }
 
 // familyIndex is an address family's index into per-family state: 0 for
@@ -105,6 +151,8 @@ func (l *Loop) Once() (Outcome, error) { return l.reconcile(true) }
 // chain takes tens of milliseconds of execs, which every event queued
 // behind it would wait for.
 func (l *Loop) reconcile(full bool) (Outcome, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	start := time.Now()
 	d := l.Desired()
 	dev, terr := "", error(nil)

@@ -84,6 +84,19 @@ func (t netlinkTable) Replace(dst netip.Prefix, via netip.Addr, proto int) error
 	})
 }
 
+// ReplaceOwned is Replace of one route, unless the kernel has a route to
+// exactly dst of another protocol (the CNI plugin's host route, another
+// daemon's), which it leaves alone as a reconcile does (foreign): it asks
+// the kernel for the route that matches dst (ip route get fibmatch), not
+// for the whole table.
+func (t netlinkTable) ReplaceOwned(dst netip.Prefix, via netip.Addr, proto int) error {
+	rs, err := t.h.RouteGetWithOptions(dst.Addr().AsSlice(), &netlink.RouteGetOptions{FIBMatch: true})
+	if err == nil && len(rs) > 0 && rs[0].Dst != nil && netaddr.Prefix(rs[0].Dst) == dst && int(rs[0].Protocol) != proto {
+		return fmt.Errorf("%w: %s is routed by protocol %d", errForeign, dst, rs[0].Protocol)
+	}
+	return t.Replace(dst, via, proto)
+}
+
 // ReplaceAll is Replace of every route of rs, pipelined (routeBatch).
 func (t netlinkTable) ReplaceAll(rs []Route, proto int) []error {
 	if t.batch == nil {

@@ -51,18 +51,22 @@ func TestComputeVMRoutes(t *testing.T) {
 	}
 }
 
+// reconcileAsked reports (and clears) whether c's loop was asked for a
+// reconcile.
+func reconcileAsked(c *Controller) bool {
+	select {
+	case <-c.loop.trigger:
+		return true
+	default:
+		return false
+	}
+}
+
 // SetVMs has the controller reconcile only when the VMs changed: the
 // claims loop calls it at every pass, on every lease file change.
 func TestSetVMsTriggersOnChange(t *testing.T) {
 	c := NewController(fake.NewClientset(), newFakeTable(), nil, nil, nil, NewMetrics(nil), slog.New(slog.DiscardHandler), Options{NodeName: "node-a"})
-	triggered := func() bool {
-		select {
-		case <-c.loop.trigger:
-			return true
-		default:
-			return false
-		}
-	}
+	triggered := func() bool { return reconcileAsked(c) }
 	vms := []VM{{Name: "default/web", Node: "node-b", Addrs: addrs("10.244.1.5")}}
 	for i, step := range []struct {
 		vms  []VM

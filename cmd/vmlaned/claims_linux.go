@@ -336,8 +336,10 @@ func (s *claimsSync) pass(ctx context.Context) {
 		vms, mirror, lent = withoutVMs(vms, mirror, lent, refused)
 		s.applied.mirrorJSON = nil
 	}
-	s.writeMirror(mirror)
+	// The routes first: a moved VM's host route goes in at once
+	// (routes.Controller.SetVMs), the plugin's copy of the claims after.
 	s.ctrl.SetVMs(vms)
+	s.writeMirror(mirror)
 	s.proxyLent(lent)
 	s.awayLent(lent, movedInPorts(file))
 	s.answerMovedIn(movedInGuests(file))

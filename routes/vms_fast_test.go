@@ -1,0 +1,124 @@
+package routes
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+// ownedFake is a fakeTable that tells another owner's route apart, as the
+// kernel table does (ReplaceOwned).
+type ownedFake struct{ *fakeTable }
+
+func (f ownedFake) ReplaceOwned(dst netip.Prefix, via netip.Addr, proto int) error {
+	f.calls = append(f.calls, fmt.Sprintf("replace-owned %s via %s", dst, via))
+	if have, ok := f.routes[dst]; ok && have.Proto != proto {
+		return fmt.Errorf("%w: %s", errForeign, have)
+	}
+	return f.Replace(dst, via, proto)
+}
+
+// TestMoveVMsWithoutAReconcile: a VM whose claim names another node has its
+// host route moved by SetVMs itself, with no reconcile; a VM back home or
+// here loses it the same way; another owner's route to the VM, a burst of
+// moves, VMs that went, a VM on an unknown node and a controller before
+// its first reconcile are left to a reconcile.
+func TestMoveVMsWithoutAReconcile(t *testing.T) {
+	nodes := []*corev1.Node{node("a", "192.168.1.1", "10.244.0.0/24"), node("b", "192.168.1.2", "10.244.1.0/24"), node("c", "192.168.1.3", "10.244.2.0/24")}
+	table := ownedFake{newFakeTable()}
+	c := NewController(fake.NewClientset(), table, nil, nil, nil, NewMetrics(nil), slog.New(slog.DiscardHandler), Options{NodeName: "a"})
+	objs := make([]any, len(nodes))
+	for i, n := range nodes {
+		objs[i] = n
+	}
+	if err := c.informer.GetStore().Replace(objs, "1"); err != nil {
+		t.Fatal(err)
+	}
+	web := func(node string) VM {
+		return VM{Name: "default/web", Node: node, Addrs: []netip.Addr{netip.MustParseAddr("10.244.1.9")}}
+	}
+	calls := func() string {
+		defer func() { table.calls = nil }()
+		var out []string
+		for _, call := range table.calls {
+			if !strings.HasPrefix(call, "replace 10.244.0.0/24") && !strings.HasPrefix(call, "replace 10.244.1.0/24") && !strings.HasPrefix(call, "replace 10.244.2.0/24") {
+				out = append(out, call)
+			}
+		}
+		return strings.Join(out, "; ")
+	}
+
+	triggered := func() bool { return reconcileAsked(c) }
+
+	// Before the first reconcile the table is the early phase's.
+	c.SetVMs([]VM{web("c")})
+	if got := calls(); got != "" || !triggered() {
+		t.Errorf("before the first reconcile: %q, want nothing but a reconcile", got)
+	}
+	if _, err := c.loop.reconcile(true); err != nil {
+		t.Fatal(err)
+	}
+	c.observe(Outcome{}, nil) // as Run's loop does: ready
+	table.calls = nil
+
+	c.SetVMs([]VM{web("b")}) // back home: the /32 via c goes
+	if got, want := calls(), "del 10.244.1.9/32 via 192.168.1.3 proto 77"; got != want || triggered() {
+		t.Errorf("a VM back home: %q, want %q and no reconcile", got, want)
+	}
+	c.SetVMs([]VM{web("c")})
+	if got, want := calls(), "replace-owned 10.244.1.9/32 via 192.168.1.3; replace 10.244.1.9/32 via 192.168.1.3 proto 77"; got != want || triggered() {
+		t.Errorf("a VM moved to c: %q, want %q and no reconcile", got, want)
+	}
+	c.SetVMs([]VM{web("c")}) // unchanged
+	if got := calls(); got != "" {
+		t.Errorf("unchanged: %q", got)
+	}
+	c.SetVMs([]VM{web("a")}) // here: no route (the plugin's host route is on the bridge)
+	if got, want := calls(), "del 10.244.1.9/32 via 192.168.1.3 proto 77"; got != want {
+		t.Errorf("a VM moved here: %q, want %q", got, want)
+	}
+
+	// Another owner's route to the VM's address stays.
+	table.routes[netip.MustParsePrefix("10.244.1.9/32")] = KernelRoute{Dst: netip.MustParsePrefix("10.244.1.9/32"), Dev: "vmlane0", Proto: 78}
+	c.SetVMs([]VM{web("c")})
+	if got, want := calls(), "replace-owned 10.244.1.9/32 via 192.168.1.3"; got != want || table.routes[netip.MustParsePrefix("10.244.1.9/32")].Proto != 78 || !triggered() {
+		t.Errorf("another owner's route: %q (want %q, and a reconcile), the route now %v", got, want, table.routes[netip.MustParsePrefix("10.244.1.9/32")])
+	}
+
+	// A burst is the reconcile's.
+	var burst []VM
+	for i := range moveFastMax + 1 {
+		burst = append(burst, VM{Name: fmt.Sprintf("default/vm-%d", i), Node: "c", Addrs: []netip.Addr{netip.AddrFrom4([4]byte{10, 244, 1, byte(10 + i)})}})
+	}
+	c.SetVMs(slices.Concat([]VM{web("c")}, burst))
+	if got := calls(); got != "" || !triggered() {
+		t.Errorf("%d VMs at once: %q, want nothing but a reconcile", len(burst), got)
+	}
+	// VMs that went are the reconcile's (it deletes their routes).
+	c.SetVMs([]VM{web("c")})
+	if got := calls(); got != "" || !triggered() {
+		t.Errorf("VMs that went: %q, want nothing but a reconcile", got)
+	}
+	// A VM on a node not in the cache: said by the reconcile.
+	c.SetVMs([]VM{web("c"), {Name: "default/lost", Node: "gone", Addrs: []netip.Addr{netip.MustParseAddr("10.244.1.20")}}})
+	if !triggered() {
+		t.Error("a VM on a node not in the cache: no reconcile")
+	}
+}
+
+// TestApplyNeedsAnOwnedReplacer: a table that cannot tell another owner's
+// route (the macOS one) gets no fast path.
+func TestApplyNeedsAnOwnedReplacer(t *testing.T) {
+	f := newFakeTable()
+	l := &Loop{Table: f, Proto: DefaultProtocol}
+	l.Init()
+	if n := l.Apply([]Route{{Dst: netip.MustParsePrefix("10.244.1.9/32"), Via: netip.MustParseAddr("192.168.1.3")}}, nil); n != 0 || len(f.calls) != 0 {
+		t.Errorf("Apply on a plain table: %d routes, calls %q", n, f.calls)
+	}
+}
