@@ -88,12 +88,12 @@ const moveFastMax = 64
 // 5,000 Nodes and 10,000 VMs, most of a move's claim-to-route time), where
 // one VM's move needs one route. It reports whether it did the whole of
 // the change; if not, the caller triggers the reconcile. Left to the
-// reconcile: a VM that went, a VM on a node not in the cache, a route
-// through the tunnel or the fabric (the kernel refuses its next hop) or
-// held by another owner, a burst of changes, a node that announces VMs to
-// BGP peers (the reconcile announces), and everything before the first
-// reconcile. The resync tick and the kernel's route-deletion watch check
-// the routes as before.
+// reconcile: a VM that went, a VM on (or from) a node not in the cache, a
+// route through the tunnel or the fabric (the kernel refuses its next
+// hop) or held by another owner, a burst of changes, a node that
+// announces VMs to BGP peers (the reconcile announces), and everything
+// before the first reconcile. The resync tick and the kernel's
+// route-deletion watch check the routes as before.
 func (c *Controller) moveVMs(old, vms []VM) bool {
 	select {
 	case <-c.ready:
@@ -137,7 +137,7 @@ func (c *Controller) moveVMs(old, vms []VM) bool {
 		}
 	}
 	want, skips := vmRoutes(nodes, now, c.opts.NodeName)
-	had, _ := vmRoutes(nodes, was, c.opts.NodeName)
+	had, hadSkips := vmRoutes(nodes, was, c.opts.NodeName)
 	wanted := map[netip.Prefix]bool{}
 	for _, r := range want {
 		wanted[r.Dst] = true
@@ -150,7 +150,7 @@ func (c *Controller) moveVMs(old, vms []VM) bool {
 	}
 	n := c.loop.Apply(want, del)
 	c.log.Debug("VM routes moved without a reconcile", "vms", len(now), "routes", n, "of", len(want)+len(del))
-	return len(skips) == 0 && n == len(want)+len(del)
+	return len(skips) == 0 && len(hadSkips) == 0 && n == len(want)+len(del)
 }
 
 func (c *Controller) vmList() []VM {
