@@ -33,13 +33,13 @@ import (
 // this bridge has. So a unicast IPv4 or IPv6 packet from the port of a VM
 // that moved in (the ports set) goes up to the node too, which routes it
 // home, unless it is for this node's own pod subnets (local) or an IPv6
-// link-local address: this node's pods may reach the guest at layer 2 (the
-// node's ICMP redirect tells them to, as it forwards their packets back
-// onto the bridge), and their neighbour exchange with it must stay
-// between them. Its own gateway's MAC is the bridge's already (every
-// node's bridge has the same MAC), so nothing else changes. ARP is left
-// alone: the guest's probes to stale MACs fail, and its next request gets
-// the node's proxy answer.
+// link-local address: a guest and a pod of this node that resolved each
+// other at layer 2 (nothing of vmlane's tells them to: the node's
+// redirects and router advertisements are dropped, below) talk directly,
+// and their neighbour exchange must stay between them. Its own gateway's
+// MAC is the bridge's already (every node's bridge has the same MAC), so
+// nothing else changes. ARP is left alone: the guest's probes to stale
+// MACs fail, and its next request gets the node's proxy answer.
 const (
 	// AwayTable is the bridge family table of the away MACs.
 	AwayTable     = "vmlane-away"

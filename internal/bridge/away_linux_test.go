@@ -213,10 +213,10 @@ func TestAwayRedirect(t *testing.T) {
 	if p, g := advertise(); !p || g {
 		t.Errorf("the node's advertisement with the guest's port in the table: the pod took it %v (want true), the guest %v (want false)", p, g)
 	}
-	// A pod of this node that takes the guest for on-link (the node's
-	// ICMP redirect says so when it forwards the pod's packets back onto
-	// the bridge) resolves it and talks to it at layer 2: the guest's ARP
-	// reply and its echo replies, to the pod's MAC, stay on the bridge.
+	// A pod of this node that takes the guest for on-link (a route of its
+	// own: the node's redirects, which said so before, are dropped now)
+	// resolves it and talks to it at layer 2: the guest's ARP reply and
+	// its echo replies, to the pod's MAC, stay on the bridge.
 	pod.MustRun(t, "ip", "route", "add", "10.244.9.6/32", "dev", "eth0")
 	if out, err := pod.Run("ping", "-c2", "-W1", "10.244.9.6"); err != nil {
 		t.Errorf("a pod of this node → the guest at layer 2, the guest's port in the table: %v\n%s", err, out)
