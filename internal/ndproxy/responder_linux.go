@@ -245,6 +245,9 @@ func (r *Responder) open(g Guest) (*watch, error) {
 	if err != nil {
 		return nil, fmt.Errorf("packet socket: %w", err)
 	}
+	// The frames to the guest need not be tapped (Linux 4.20 and
+	// later; older kernels tap them, and run drops them).
+	_ = unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1)
 	prog := unix.SockFprog{Len: uint16(len(nsFilter)), Filter: &nsFilter[0]}
 	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &prog); err != nil {
 		unix.Close(fd)
