@@ -377,7 +377,7 @@ func movedInGuests(f *leases.File) (guests []ndproxy.Guest, onBridge []netip.Add
 		}
 		onBridge = append(onBridge, l.IP6)
 		mac, err := net.ParseMAC(l.MAC)
-		if l.Home6.IsValid() && l.ContainerID != "" && err == nil {
+		if l.Home6.IsValid() && l.ContainerID != "" && err == nil && len(mac) == 6 {
 			guests = append(guests, ndproxy.Guest{Port: leasePort(l), MAC: mac, Home: l.Home6})
 		}
 	}

@@ -365,11 +365,7 @@ func (m *migrator) migrate(n int, pod string, from, to *cluster.RealNode) (r mig
 // answeredAtEnd reports whether the last of sent pings were answered: the
 // traffic came back.
 func answeredAtEnd(out string, sent int) bool {
-	got := map[int]bool{}
-	for _, m := range pingSeq.FindAllStringSubmatch(out, -1) {
-		n, _ := strconv.Atoi(m[1])
-		got[n] = true
-	}
+	got := answered(out)
 	for i := sent - 300; i < sent-200; i++ { // the last 2 s but the in-flight tail
 		if got[i] {
 			return true
@@ -445,6 +441,16 @@ func routeVia(t *testing.T, n *cluster.RealNode, addr netip.Addr) string {
 
 var pingSeq = regexp.MustCompile(`seq=(\d+) `)
 
+// answered is the seqs of busybox ping's replies in out.
+func answered(out string) map[int]bool {
+	got := map[int]bool{}
+	for _, m := range pingSeq.FindAllStringSubmatch(out, -1) {
+		n, _ := strconv.Atoi(m[1])
+		got[n] = true
+	}
+	return got
+}
+
 // pingLoss reads busybox ping's output: echo requests sent (from its
 // summary, or count), replies, and the longest run of requests in a row
 // without a reply.
@@ -453,11 +459,7 @@ func pingLoss(out string, count int) (sent, recv, gap int) {
 	if m := regexp.MustCompile(`(\d+) packets transmitted`).FindStringSubmatch(out); m != nil {
 		sent, _ = strconv.Atoi(m[1])
 	}
-	got := map[int]bool{}
-	for _, m := range pingSeq.FindAllStringSubmatch(out, -1) {
-		n, _ := strconv.Atoi(m[1])
-		got[n] = true
-	}
+	got := answered(out)
 	recv = len(got)
 	run := 0
 	for i := 0; i < sent; i++ {
@@ -479,11 +481,7 @@ func lastLines(s string, n int) string {
 
 // gapStart is the first seq of the longest run of lost pings.
 func gapStart(out string, sent int) int {
-	got := map[int]bool{}
-	for _, m := range pingSeq.FindAllStringSubmatch(out, -1) {
-		n, _ := strconv.Atoi(m[1])
-		got[n] = true
-	}
+	got := answered(out)
 	best, bestStart, run := 0, -1, 0
 	for i := 0; i < sent; i++ {
 		if got[i] {

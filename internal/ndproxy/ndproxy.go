@@ -37,6 +37,8 @@ import (
 	"encoding/binary"
 	"net"
 	"net/netip"
+
+	"github.com/vmlane/vmlane/internal/rawip"
 )
 
 // Sizes and numbers of RFC 4861 §4.3 and §4.4.
@@ -149,19 +151,7 @@ func RouterAdvert(msg []byte, mac net.HardwareAddr, src netip.Addr) []byte {
 // frame is the Ethernet frame of an ICMPv6 message from src (and srcMAC)
 // to dst (and dstMAC), hop limit 255 as neighbour discovery wants.
 func frame(dstMAC, srcMAC net.HardwareAddr, src, dst netip.Addr, icmp []byte) []byte {
-	f := make([]byte, etherLen+ipv6Len, etherLen+ipv6Len+len(icmp))
-	copy(f[0:], dstMAC[:6])
-	copy(f[6:], srcMAC[:6])
-	binary.BigEndian.PutUint16(f[12:], 0x86dd)
-	ip := f[etherLen:]
-	ip[0] = 0x60
-	binary.BigEndian.PutUint16(ip[4:], uint16(len(icmp)))
-	ip[6] = protoICMPv6
-	ip[7] = 255
-	s, d := src.As16(), dst.As16()
-	copy(ip[8:], s[:])
-	copy(ip[24:], d[:])
-	return append(f, icmp...)
+	return rawip.Ether(dstMAC, srcMAC, rawip.TypeIPv6, rawip.IPv6(src, dst, protoICMPv6, 255, icmp))
 }
 
 // Guest is a guest that moved in: its bridge port and what the node answers
@@ -213,26 +203,5 @@ func Advert(s Solicit, mac net.HardwareAddr) []byte {
 // checksum is the ICMPv6 checksum of msg between src and dst (RFC 4443
 // §2.3): 0 over a message whose checksum is right.
 func checksum(src, dst netip.Addr, msg []byte) uint16 {
-	var sum uint32
-	add := func(b []byte) {
-		for len(b) >= 2 {
-			sum += uint32(binary.BigEndian.Uint16(b))
-			b = b[2:]
-		}
-		if len(b) == 1 {
-			sum += uint32(b[0]) << 8
-		}
-	}
-	s, d := src.As16(), dst.As16()
-	add(s[:])
-	add(d[:])
-	var l [8]byte
-	binary.BigEndian.PutUint32(l[0:], uint32(len(msg)))
-	l[7] = protoICMPv6
-	add(l[:])
-	add(msg)
-	for sum > 0xffff {
-		sum = sum>>16 + sum&0xffff
-	}
-	return ^uint16(sum)
+	return rawip.Checksum(append(rawip.PseudoHeader6(src, dst, protoICMPv6, len(msg)), msg...))
 }

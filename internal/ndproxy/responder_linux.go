@@ -18,6 +18,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/vmlane/vmlane/internal/ra"
 )
 
 // MaxPerSecond is how many solicitations a port gets answered in a second:
@@ -191,26 +193,13 @@ func (r *Responder) isOnBridge(a netip.Addr) bool {
 }
 
 // linkLocal is the bridge's link-local IPv6 address that passed duplicate
-// address detection, the source of router advertisements (RFC 4861
-// §6.1.2); invalid when it has none.
+// address detection, the source of router advertisements; invalid when it
+// has none.
 func (r *Responder) linkLocal(nl *netlink.Handle) netip.Addr {
 	r.nlMu.Lock()
 	defer r.nlMu.Unlock()
-	l, err := nl.LinkByName(r.bridge)
-	if err != nil {
-		return netip.Addr{}
-	}
-	addrs, err := nl.AddrList(l, netlink.FAMILY_V6)
-	if err != nil {
-		return netip.Addr{}
-	}
-	for _, a := range addrs {
-		ip, ok := netip.AddrFromSlice(a.IP)
-		if ok && ip.Is6() && ip.IsLinkLocalUnicast() && a.Flags&(unix.IFA_F_TENTATIVE|unix.IFA_F_DADFAILED) == 0 {
-			return ip
-		}
-	}
-	return netip.Addr{}
+	ll, _ := ra.LinkLocal(nl, r.bridge)
+	return ll
 }
 
 // watch is one port's packet socket and the goroutines reading it and

@@ -177,7 +177,7 @@ type sender struct {
 
 // send advertises to all-nodes from the interface's link-local address.
 func (s *sender) send(lifetime time.Duration) error {
-	src, err := linkLocal(s.ifi.Name)
+	src, err := LinkLocal(&netlink.Handle{}, s.ifi.Name)
 	if err != nil {
 		return err
 	}
@@ -190,15 +190,16 @@ func (s *sender) send(lifetime time.Duration) error {
 	return err
 }
 
-// linkLocal is the interface's link-local address, once it has passed
+// LinkLocal is the interface's link-local address, once it has passed
 // duplicate address detection: an advertisement must come from one (RFC
-// 4861 §6.1.2), and a tentative address cannot send.
-func linkLocal(name string) (netip.Addr, error) {
-	l, err := netlink.LinkByName(name)
+// 4861 §6.1.2), and a tentative address cannot send. h is the netlink
+// handle of the interface's namespace (&netlink.Handle{}: the caller's).
+func LinkLocal(h *netlink.Handle, name string) (netip.Addr, error) {
+	l, err := h.LinkByName(name)
 	if err != nil {
 		return netip.Addr{}, err
 	}
-	addrs, err := netlink.AddrList(l, netlink.FAMILY_V6)
+	addrs, err := h.AddrList(l, netlink.FAMILY_V6)
 	if err != nil {
 		return netip.Addr{}, err
 	}

@@ -1,7 +1,8 @@
-// Package rawip builds Ethernet frames carrying IPv4 UDP, for the few
-// places vmlane sends a frame itself rather than through the kernel's
-// stack: the DHCP server's replies out of one bridge port, and tests that
-// play a hostile guest. Standard library only.
+// Package rawip builds Ethernet frames carrying IPv4 UDP and IPv6, for the
+// few places vmlane sends a frame itself rather than through the kernel's
+// stack: the DHCP server's replies and the moved-in guests' neighbour
+// discovery answers (internal/ndproxy) out of one bridge port, and tests
+// that play a hostile guest. Standard library only.
 package rawip
 
 import (
@@ -73,6 +74,28 @@ func Checksum(b []byte) uint16 {
 		sum = sum>>16 + sum&0xffff
 	}
 	return ^uint16(sum)
+}
+
+// IPv6 builds an IPv6 packet (no extension headers) of next header proto
+// and hop limit hop around payload.
+func IPv6(src, dst netip.Addr, proto, hop byte, payload []byte) []byte {
+	h := make([]byte, 40, 40+len(payload))
+	h[0] = 0x60
+	binary.BigEndian.PutUint16(h[4:], uint16(len(payload)))
+	h[6], h[7] = proto, hop
+	s, d := src.As16(), dst.As16()
+	copy(h[8:], s[:])
+	copy(h[24:], d[:])
+	return append(h, payload...)
+}
+
+// PseudoHeader6 is the IPv6 pseudo-header of an upper-layer checksum (RFC
+// 8200 §8.1) for n bytes of next header proto from src to dst.
+func PseudoHeader6(src, dst netip.Addr, proto byte, n int) []byte {
+	s, d := src.As16(), dst.As16()
+	b := append(append(make([]byte, 0, 40), s[:]...), d[:]...)
+	b = binary.BigEndian.AppendUint32(b, uint32(n))
+	return append(b, 0, 0, 0, proto)
 }
 
 // ARP builds an Ethernet/IPv4 ARP packet: op 1 is a request, 2 a reply.
