@@ -97,6 +97,12 @@ func (f *fakeTable) Delete(r KernelRoute) error {
 	if f.failOn != "" && strings.HasPrefix(call, f.failOn) {
 		return fmt.Errorf("injected failure")
 	}
+	// As the kernel deletes: a next hop or a protocol given must match
+	// (a route that does not is not found, which the netlink table takes
+	// for gone).
+	if have, ok := f.routes[r.Dst]; ok && (r.Via.IsValid() && have.Via != r.Via || r.Proto != 0 && have.Proto != r.Proto) {
+		return nil
+	}
 	delete(f.routes, r.Dst)
 	return nil
 }

@@ -142,10 +142,15 @@ func (c *Controller) moveVMs(old, vms []VM) bool {
 	for _, r := range want {
 		wanted[r.Dst] = true
 	}
+	// A route that goes is deleted by its destination and protocol
+	// alone: the kernel's may have another next hop than the node's
+	// address that vmRoutes names (the tunnel's or the fabric's, which the
+	// reconcile put in), and a deletion that names the wrong one finds
+	// nothing, which Delete takes for done.
 	var del []KernelRoute
 	for _, r := range had {
 		if !wanted[r.Dst] {
-			del = append(del, KernelRoute{Dst: r.Dst, Via: r.Via})
+			del = append(del, KernelRoute{Dst: r.Dst})
 		}
 	}
 	n := c.loop.Apply(want, del)
