@@ -97,13 +97,16 @@ func (c Command) Set(name, value string) error {
 // moved to another node keeps talking to its home subnet's gateway and
 // neighbours from there, and the pods it left behind keep reaching it. The
 // values are what they must be: proxy ARP on, NDP proxying on (for the
-// addresses of the neighbour proxy table only), and no proxy delay (Linux
-// delays a proxy reply to a broadcast request by up to 0.8 s otherwise).
+// addresses of the neighbour proxy table only), and no proxy delay in
+// either family (Linux delays a proxy reply to a broadcast ARP request, or
+// to a neighbour solicitation not addressed to the node's own MAC, by a
+// random time up to 0.8 s otherwise).
 func BridgeProxy(bridge string) [][2]string {
 	return [][2]string{
 		{"net.ipv4.conf." + bridge + ".proxy_arp", "1"},
 		{"net.ipv4.neigh." + bridge + ".proxy_delay", "0"},
 		{"net.ipv6.conf." + bridge + ".proxy_ndp", "1"},
+		{"net.ipv6.neigh." + bridge + ".proxy_delay", "0"},
 	}
 }
 
