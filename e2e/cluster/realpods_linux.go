@@ -149,16 +149,17 @@ func (c *Cluster) StartVMPod(tb testing.TB, name, node string, g VMGuest) KubePo
 	for _, a := range g.Ping {
 		targets = append(targets, a.String())
 	}
-	argv, err := c.Guest().Command(testvm.Config{Tap: "tap0", MAC: macSentinel, Mode: testvm.ModeDHCP, IPv6: c.DualStack(), Hold: true,
-		Ping: targets, Fetch: g.Fetch})
+	cfg := testvm.Config{Tap: "tap0", MAC: macSentinel, Mode: testvm.ModeDHCP, IPv6: c.DualStack(), Hold: true,
+		Ping: targets, Fetch: g.Fetch}
+	if g.Migration != "" {
+		cfg.QMP = filepath.Join(g.Migration, name+".qmp")
+		if g.Incoming {
+			cfg.Incoming = filepath.Join(g.Migration, name+".in")
+		}
+	}
+	argv, err := c.Guest().Command(cfg)
 	if err != nil {
 		tb.Fatal(err)
-	}
-	if g.Migration != "" {
-		argv = append(argv, "-qmp", "unix:"+filepath.Join(g.Migration, name+".qmp")+",server=on,wait=off")
-		if g.Incoming {
-			argv = append(argv, "-incoming", "unix:"+filepath.Join(g.Migration, name+".in"))
-		}
 	}
 	var q []string
 	for _, a := range argv {

@@ -82,6 +82,15 @@ type Config struct {
 	Timeout time.Duration
 	// Memory is QEMU's -m argument (default 128M).
 	Memory string
+	// QMP, when set, is the path of a unix socket where QEMU serves its
+	// machine protocol monitor (QMP), for a live migration's commands.
+	QMP string
+	// Incoming, when set, is the path of a unix socket where QEMU waits
+	// for a live migration's stream instead of booting the guest: the
+	// target of a migration, whose guest is the one the stream brings,
+	// with the source's Hold, so a Hold target takes commands at once.
+	// Its Result reports only what the guest prints after it arrived.
+	Incoming string
 }
 
 // NIC is one of Config.More: the TAP it is attached to and its MAC (empty
@@ -183,6 +192,15 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Timeout < 0 {
 		errs = append(errs, fmt.Errorf("negative timeout %v", c.Timeout))
+	}
+	for _, sock := range []struct{ what, path string }{{"qmp", c.QMP}, {"incoming", c.Incoming}} {
+		// QEMU reads the path inside an option list: a comma would end it.
+		if sock.path != "" && (!filepath.IsAbs(sock.path) || strings.ContainsAny(sock.path, ", ")) {
+			errs = append(errs, fmt.Errorf("bad %s socket path %q: want an absolute path without commas or spaces", sock.what, sock.path))
+		}
+	}
+	if c.Incoming != "" && !c.Hold {
+		errs = append(errs, errors.New("an incoming guest must be a Hold guest (only held guests migrate)"))
 	}
 	if strings.ContainsAny(c.Memory, " ,") {
 		errs = append(errs, fmt.Errorf("bad memory size %q", c.Memory))
@@ -303,6 +321,12 @@ func (g Guest) command(c Config) []string {
 		argv = append(argv,
 			"-netdev", "tap,id="+id+",ifname="+n.Tap+",script=no,downscript=no,vhost=off",
 			"-device", "virtio-net-pci,netdev="+id+",mac="+n.MAC+",romfile=")
+	}
+	if c.QMP != "" {
+		argv = append(argv, "-qmp", "unix:"+c.QMP+",server=on,wait=off")
+	}
+	if c.Incoming != "" {
+		argv = append(argv, "-incoming", "unix:"+c.Incoming)
 	}
 	// Power-off and reboot (and, with panic=-1, a panic) end QEMU.
 	return append(argv, "-no-reboot")

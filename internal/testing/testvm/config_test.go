@@ -54,6 +54,9 @@ func TestConfigErrors(t *testing.T) {
 		{"fetch URL not http", Config{Tap: "tap0", Mode: ModeDHCP, Fetch: []string{"https://x/"}}, "bad fetch URL"},
 		{"negative timeout", Config{Tap: "tap0", IP: "10.0.0.2/24", Timeout: -time.Second}, "negative timeout"},
 		{"ipv6 in static mode", Config{Tap: "tap0", IP: "10.0.0.2/24", IPv6: true}, "IPv6 needs dhcp mode"},
+		{"qmp path smuggling an option", Config{Tap: "tap0", IP: "10.0.0.2/24", QMP: "/run/q.sock,server=off"}, "bad qmp socket path"},
+		{"relative incoming path", Config{Tap: "tap0", Mode: ModeDHCP, Hold: true, Incoming: "in.sock"}, "bad incoming socket path"},
+		{"incoming without hold", Config{Tap: "tap0", Mode: ModeDHCP, Incoming: "/run/in.sock"}, "must be a Hold guest"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -106,6 +109,14 @@ func TestCommand(t *testing.T) {
 				Fetch: []string{"http://10.96.0.10/cgi-bin/whoserves", "http://10.96.0.11:8080/x?a=b"}},
 			want: qemu("console=ttyS0 quiet loglevel=1 panic=-1 vmlane.mode=dhcp vmlane.mac=52:54:00:00:00:02 " +
 				"vmlane.pingcount=3 vmlane.fetch=http://10.96.0.10/cgi-bin/whoserves,http://10.96.0.11:8080/x?a=b"),
+		},
+		{
+			name: "migration target with a monitor",
+			cfg: Config{Tap: "tap0", MAC: "52:54:00:00:00:02", Mode: ModeDHCP, Hold: true,
+				QMP: "/run/m/vm-2.qmp", Incoming: "/run/m/vm-2.in"},
+			want: append(qemu("console=ttyS0 quiet loglevel=1 panic=-1 vmlane.mode=dhcp vmlane.mac=52:54:00:00:00:02 " +
+				"vmlane.pingcount=3 vmlane.hold=1")[:len(qemu(""))-1],
+				"-qmp", "unix:/run/m/vm-2.qmp,server=on,wait=off", "-incoming", "unix:/run/m/vm-2.in", "-no-reboot"),
 		},
 		{
 			name: "own namespace",

@@ -103,6 +103,9 @@ func newVM(cfg Config, start time.Time, console io.Reader, input io.Writer, proc
 		changed: make(chan struct{}),
 		replies: map[string]reply{},
 	}
+	// The guest a migration brings was held on its source, and its
+	// VMLANE-HOLD went to the source's console.
+	vm.res.Held = cfg.Incoming != ""
 	go vm.read(console)
 	return vm
 }
