@@ -207,8 +207,9 @@ type Cluster struct {
 	Client kubernetes.Interface
 	// KubectlPath is the kubectl built with the control plane.
 	KubectlPath string
-	// NodeKubeconfig is the kubeconfig vmlaned runs with: the
-	// ServiceAccount's token.
+	// NodeKubeconfig has a token of vmlaned's ServiceAccount bound to no
+	// pod, for checks of its RBAC; each node's vmlaned runs with its own,
+	// bound to a pod on its node (Node.Kubeconfig).
 	NodeKubeconfig string
 	Nodes          []*Node
 	// RealNodes are the nodes of a cluster made by [NewReal].
@@ -315,13 +316,46 @@ func (c *Cluster) MustKubectl(tb testing.TB, args ...string) string {
 }
 
 // serviceAccountKubeconfig writes a kubeconfig with a token of the
-// manifests' ServiceAccount, from the TokenRequest API, as the kubelet
-// projects one into the DaemonSet's pods.
+// manifests' ServiceAccount, from the TokenRequest API, bound to no pod:
+// the ServiceAccount's RBAC, for checks of it.
 func (c *Cluster) serviceAccountKubeconfig(tb testing.TB) string {
 	tb.Helper()
+	return c.writeTokenKubeconfig(tb, "vmlane-sa.kubeconfig", nil)
+}
+
+// nodeKubeconfig writes the kubeconfig node's vmlaned runs with: a token
+// of the manifests' ServiceAccount bound to a pod on node, as the kubelet
+// projects one into the DaemonSet's pod there. The API server then names
+// the node in each of its requests (authentication.kubernetes.io/node-name),
+// which the VMClaim admission policy needs to let it write its node's
+// claims. The pod, vmlane-NODE in vmlane's namespace, stands for the
+// DaemonSet's; no kubelet runs it, and the token lasts as long as it.
+func (c *Cluster) nodeKubeconfig(tb testing.TB, node string) string {
+	tb.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "vmlane-" + node, Namespace: Namespace},
+		Spec: corev1.PodSpec{
+			NodeName: node, ServiceAccountName: ServiceAccount,
+			Containers: []corev1.Container{{Name: "vmlaned", Image: "vmlane:e2e"}},
+		},
+	}
+	pod, err := c.Client.CoreV1().Pods(Namespace).Create(context.Background(), pod, metav1.CreateOptions{})
+	if err != nil {
+		tb.Fatalf("node %s: the pod vmlaned's token is bound to: %v", node, err)
+	}
+	return c.writeTokenKubeconfig(tb, "vmlane-"+node+".kubeconfig", pod)
+}
+
+// writeTokenKubeconfig writes a kubeconfig named name with a token of the
+// manifests' ServiceAccount, bound to pod unless it is nil.
+func (c *Cluster) writeTokenKubeconfig(tb testing.TB, name string, pod *corev1.Pod) string {
+	tb.Helper()
 	ttl := int64(24 * 3600)
-	tr, err := c.Client.CoreV1().ServiceAccounts(Namespace).CreateToken(context.Background(), ServiceAccount,
-		&authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: &ttl}}, metav1.CreateOptions{})
+	req := &authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: &ttl}}
+	if pod != nil {
+		req.Spec.BoundObjectRef = &authv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}
+	}
+	tr, err := c.Client.CoreV1().ServiceAccounts(Namespace).CreateToken(context.Background(), ServiceAccount, req, metav1.CreateOptions{})
 	if err != nil {
 		tb.Fatalf("token for ServiceAccount %s/%s: %v", Namespace, ServiceAccount, err)
 	}
@@ -330,7 +364,7 @@ func (c *Cluster) serviceAccountKubeconfig(tb testing.TB) string {
 	cfg.AuthInfos["vmlane"] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
 	cfg.Contexts["vmlane"] = &clientcmdapi.Context{Cluster: "e2e", AuthInfo: "vmlane"}
 	cfg.CurrentContext = "vmlane"
-	path := filepath.Join(c.dir, "vmlane-sa.kubeconfig")
+	path := filepath.Join(c.dir, name)
 	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
 		tb.Fatal(err)
 	}
@@ -386,8 +420,9 @@ func (n *Node) RouteCount() int {
 	return strings.Count(r, "\n") + 1
 }
 
-// CreateNodeObject creates the Node object of s with its podCIDR and
-// InternalIP, as the kubelet and the node IPAM controller would.
+// CreateNodeObject creates the Node object of s with its podCIDR,
+// InternalIP and Ready condition, as the kubelet and the node IPAM
+// controller would.
 func (c *Cluster) CreateNodeObject(tb testing.TB, s NodeSpec) {
 	tb.Helper()
 	ctx := context.Background()
@@ -405,6 +440,10 @@ func (c *Cluster) CreateNodeObject(tb testing.TB, s NodeSpec) {
 		n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: s.IP6.String()})
 	}
 	n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeHostName, Address: s.Name})
+	// Ready, as its kubelet would report it: vmlaned takes a VM whose
+	// claim names a Node that is not Ready for one that is not running.
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+		Message: "the e2e suite's node", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
 	if _, err := c.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
 		tb.Fatalf("setting Node %s's address: %v", s.Name, err)
 	}

@@ -29,6 +29,9 @@ type Node struct {
 	// ExtraArgs are more flags for this node's vmlaned, after the
 	// cluster's DaemonArgs; StartDaemon reads them.
 	ExtraArgs []string
+	// Kubeconfig is the kubeconfig its vmlaned runs with: a token bound to
+	// a pod on this node, as the DaemonSet's pods have.
+	Kubeconfig string
 
 	c      *Cluster
 	cni    *libcni.CNIConfig
@@ -41,7 +44,7 @@ func (c *Cluster) AddNode(tb testing.TB, s NodeSpec) *Node {
 	tb.Helper()
 	c.step("node %s: podCIDRs %v, InternalIPs %s %s", s.Name, s.PodCIDRs(), s.IP, s.IP6)
 	c.CreateNodeObject(tb, s)
-	n := &Node{NodeSpec: s, c: c, Dir: filepath.Join(c.dir, s.Name)}
+	n := &Node{NodeSpec: s, c: c, Dir: filepath.Join(c.dir, s.Name), Kubeconfig: c.nodeKubeconfig(tb, s.Name)}
 	bits, bits6 := SwitchSubnet.Bits(), SwitchSubnet6.Bits()
 	if Far(s.IP) {
 		bits, bits6 = FarSubnet.Bits(), FarSubnet6.Bits()
@@ -84,7 +87,7 @@ func (n *Node) DaemonArgs() []string {
 		cluster += "," + n.c.Opts.ClusterCIDR6.String()
 	}
 	return append([]string{
-		"--kubeconfig", n.c.NodeKubeconfig, "--node-name", n.Name,
+		"--kubeconfig", n.Kubeconfig, "--node-name", n.Name,
 		"--cluster-cidr", cluster,
 		"--cni-conf-dir", n.ConfDir(), "--lease-file", n.LeaseFile(),
 		"--dns", "10.96.0.10", "--search", "default.svc.cluster.local", "--domain", "cluster.local",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/vmlane/vmlane/internal/testing/netnstest"
 	"github.com/vmlane/vmlane/internal/testing/testvm"
+	"github.com/vmlane/vmlane/plugin"
 )
 
 // Pod is a pod on a node: its network namespace, the address CNI gave it
@@ -34,6 +36,13 @@ type Pod struct {
 	Tap string
 	// VM is the running guest (VM pods), nil for a plain pod.
 	VM *testvm.VM
+	// VMName is the VM the pod is of (its vmlane.io/vm annotation), empty
+	// for a pod of no VM.
+	VMName string
+
+	// qmp and incoming are the guest's QMP monitor and, on a migration's
+	// target, the socket its QEMU waits on for the stream (VMPod pods).
+	qmp, incoming string
 
 	list    *libcni.NetworkConfigList
 	rt      *libcni.RuntimeConf
@@ -46,16 +55,89 @@ type Pod struct {
 // returns once the guest is booting; see [Pod.WaitVM].
 func (n *Node) AddVMPod(tb testing.TB, name string) *Pod {
 	tb.Helper()
-	p := n.addPod(tb, name, true)
-	vm, err := n.c.guest.Start(context.Background(), testvm.Config{
+	return n.AddVMPodOf(tb, name, VMPod{})
+}
+
+// VMPod is what makes a VM pod of [Node.AddVMPodOf] more than a VM
+// runtime's pod.
+type VMPod struct {
+	// VM, when set, makes the pod a pod of the VM default/VM: annotated
+	// vmlane.io/vm, passed to the plugin as containerd passes a pod's
+	// annotations (the io.kubernetes.cri.pod-annotations capability).
+	// Its QEMU serves a QMP monitor, for [Pod.MigrateTo].
+	VM string
+	// From, when set, makes the pod the target of a live migration from
+	// From, a running pod of the same VM: annotated
+	// vmlane.io/migration-target with From's name, as the plugin asks of
+	// a second pod of a running VM, and its QEMU waits for the stream
+	// instead of booting a guest.
+	From *Pod
+}
+
+// AddVMPodOf is AddVMPod of a pod as o says. A migration target's guest
+// is the one its migration brings: it takes commands at once, and
+// [Pod.WaitVM] does not apply.
+func (n *Node) AddVMPodOf(tb testing.TB, name string, o VMPod) *Pod {
+	tb.Helper()
+	annotations := map[string]string{}
+	if o.VM != "" {
+		annotations[plugin.VMAnnotation] = o.VM
+	}
+	if o.From != nil {
+		if o.From.VMName != o.VM || o.VM == "" {
+			tb.Fatalf("pod %s: a migration's target must be of the VM of its source %s (%q), got %q", name, o.From.Name, o.From.VMName, o.VM)
+		}
+		annotations[plugin.MigrationTargetAnnotation] = o.From.Name
+	}
+	p := n.addPod(tb, name, true, annotations)
+	p.VMName = o.VM
+	cfg := testvm.Config{
 		NetNS: p.NS.Path, Tap: p.Tap, MAC: p.MAC, Mode: testvm.ModeDHCP, IPv6: p.IP6.IsValid(), Hold: true, Timeout: n.c.Opts.VMTimeout,
-	})
+	}
+	if o.VM != "" {
+		// A unix socket's path has room for 107 bytes: not under a
+		// test's temporary folder.
+		dir, err := os.MkdirTemp("", "vmlane-vm-")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { os.RemoveAll(dir) })
+		p.qmp, cfg.QMP = filepath.Join(dir, "qmp"), filepath.Join(dir, "qmp")
+		if o.From != nil {
+			p.incoming, cfg.Incoming = filepath.Join(dir, "in"), filepath.Join(dir, "in")
+		}
+	}
+	vm, err := n.c.guest.Start(context.Background(), cfg)
 	if err != nil {
 		tb.Fatalf("pod %s: starting the guest: %v", name, err)
 	}
 	p.VM = vm
 	tb.Cleanup(func() { vm.Stop() })
 	return p
+}
+
+// MigrateTo live-migrates p's guest into target, a pod of the same VM
+// made with [VMPod] From p, and returns when QEMU reports the migration
+// completed. The stream goes over a unix socket, both QEMUs running on
+// this machine. p's QEMU stays, paused, until p is deleted, as KubeVirt
+// deletes a migration's source pod after it.
+func (p *Pod) MigrateTo(target *Pod) (MigrationStatus, error) {
+	if p.qmp == "" || target.incoming == "" {
+		return MigrationStatus{}, fmt.Errorf("migrating %s to %s: want a pod of a VM (VMPod.VM) and a target made From it", p.Name, target.Name)
+	}
+	q, err := DialQMP(p.qmp, time.Minute)
+	if err != nil {
+		return MigrationStatus{}, err
+	}
+	defer q.Close()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := os.Stat(target.incoming); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			return MigrationStatus{}, fmt.Errorf("migrating %s to %s: the target's QEMU is not waiting: %w", p.Name, target.Name, err)
+		}
+	}
+	return Migrate(q, "unix:"+target.incoming)
 }
 
 // WaitVM waits until p's guest has its DHCP lease (and on a dual-stack
@@ -82,12 +164,14 @@ func (p *Pod) WaitVM(tb testing.TB) {
 // /cgi-bin/whoami on port 80, like the VM guests.
 func (n *Node) AddPod(tb testing.TB, name string) *Pod {
 	tb.Helper()
-	p := n.addPod(tb, name, false)
+	p := n.addPod(tb, name, false, nil)
 	ServeWhoAmI(tb, p.NS, filepath.Join(n.Dir, "www-"+name))
 	return p
 }
 
-func (n *Node) addPod(tb testing.TB, name string, vm bool) *Pod {
+// addPod makes pod name's namespace and runs CNI ADD with the VM or the
+// plain conflist, with annotations as the pod's.
+func (n *Node) addPod(tb testing.TB, name string, vm bool, annotations map[string]string) *Pod {
 	tb.Helper()
 	list, err := libcni.ConfListFromFile(n.ConfList(vm))
 	if err != nil {
@@ -97,6 +181,9 @@ func (n *Node) addPod(tb testing.TB, name string, vm bool) *Pod {
 	p.rt = &libcni.RuntimeConf{
 		ContainerID: "e2e-" + name, NetNS: p.NS.Path, IfName: "eth0",
 		Args: [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", "default"}, {"K8S_POD_NAME", name}, {"K8S_POD_UID", "uid-" + name}},
+	}
+	if len(annotations) > 0 {
+		p.rt.CapabilityArgs = map[string]any{plugin.PodAnnotationsCapability: annotations}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cniTimeout)
 	defer cancel()

@@ -130,6 +130,25 @@ func TestBGP(t *testing.T) {
 		})
 	})
 
+	// A VM of node-a live-migrates to node-c, on the far subnet, and
+	// back: while it runs on node-c, bird has its /32 and /128 from
+	// node_c, and once it is home again neither, the routers routing it
+	// by node-a's pod subnets.
+	t.Run("VMLiveMigratesAcrossSubnets", func(t *testing.T) {
+		vantages := []vantage{{"node-a", a1.NS}, {"node-b", b1.NS}, {"node-c", c1.NS}, {"router", c.Router}}
+		crossMigration(t, "xbgp", vantages, func(t *testing.T, on *cluster.Node, p *cluster.Pod) {
+			for _, prefix := range []string{p.IP.String() + "/32", p.IP6.String() + "/128"} {
+				cluster.Eventually(t, "bird's route to "+prefix+" with the VM on "+on.Name, func() (bool, string) {
+					out, _ := bird.Birdc("show", "route", prefix, "all")
+					if on == cn {
+						return strings.Contains(out, prefix) && strings.Contains(out, "[node_c "), out
+					}
+					return !strings.Contains(out, prefix), out
+				})
+			}
+		})
+	})
+
 	// bird takes node_b's session down and up: node-b's vmlaned logs it,
 	// raises an Event and counts the flap.
 	t.Run("SessionFlapIsLoggedCountedAndEvented", func(t *testing.T) {

@@ -148,3 +148,53 @@ func TestVXLANDaemonRestart(t *testing.T) {
 		t.Errorf("after the restart: a1 → c1: %+v, %v", r, err)
 	}
 }
+
+// TestVXLANLiveMigration: a VM of node-a live-migrates to node-c, behind
+// the router, and back, in vxlan mode, while node-b runs vmlaned
+// --routes-only (a node of another CNI, b1 standing for its pods): every
+// node, node-b too, routes the VM's /32 and /128 through the tunnel to
+// node-c while it runs there, and its home node's pod subnet again once
+// it is back. node-a and node-c are labelled VM nodes for node-b.
+func TestVXLANLiveMigration(t *testing.T) {
+	useMode(t, "vxlan", nil)
+	b := c.Node("node-b")
+	restart := func(args ...string) {
+		b.Daemon().Kill()
+		b.ExtraArgs = append([]string{"--cross-subnet", "vxlan"}, args...)
+		b.StartDaemon(suite)
+		cluster.Eventually(t, "node-b's vmlaned ready", b.Ready)
+	}
+	for _, n := range []string{"node-a", "node-c"} {
+		c.MustKubectl(t, "label", "--overwrite", "node", n, routes.VMNodeLabel+"=true")
+	}
+	restart("--routes-only")
+	t.Cleanup(func() {
+		restart()
+		for _, n := range []string{"node-a", "node-c"} {
+			c.Kubectl("label", "node", n, routes.VMNodeLabel+"-")
+		}
+	})
+	vantages := []vantage{{"node-a", a1.NS}, {"node-b", b1.NS}, {"node-c", c1.NS}}
+	crossMigration(t, "xvx", vantages, func(t *testing.T, on *cluster.Node, p *cluster.Pod) {
+		for _, n := range []*cluster.Node{c.Node("node-a"), b} {
+			cluster.Eventually(t, n.Name+"'s host routes to the VM on "+on.Name, func() (bool, string) {
+				r := n.Routes() + "\n" + n.Routes6()
+				if on.Name == "node-c" {
+					return hostRouteVia(r, p.IP, routes.DefaultVXLANDevice) && hostRouteVia(r, p.IP6, routes.DefaultVXLANDevice), r
+				}
+				return !hostRouteVia(r, p.IP, "") && !hostRouteVia(r, p.IP6, ""), r
+			})
+		}
+	})
+}
+
+// hostRouteVia reports whether routes (ip route's lines) have a host
+// route to addr (no prefix length), through dev unless dev is empty.
+func hostRouteVia(routes string, addr netip.Addr, dev string) bool {
+	for _, l := range strings.Split(routes, "\n") {
+		if f := strings.Fields(l); len(f) > 0 && f[0] == addr.String() && (dev == "" || strings.Contains(l, " dev "+dev+" ")) {
+			return true
+		}
+	}
+	return false
+}

@@ -442,7 +442,7 @@ func diagnose(t *testing.T, src cluster.KubePod, n *cluster.RealNode) {
 		{"ip", "neigh"}, {"ip", "-6", "neigh"}, {"ip", "route"}, {"ip", "-6", "route"},
 		{"sh", "-c", "ip route get " + src.IP.String() + "; ip -d link show vmlane0; bridge link"},
 		{"sh", "-c", "grep . /proc/sys/net/ipv4/conf/vmlane0/* /proc/sys/net/ipv4/conf/all/* 2>/dev/null | grep -E 'arp|redirect|rp_filter|accept_local|route_localnet|forwarding'"},
-		{"sh", "-c", "for f in /proc/sys/net/ipv4/conf/vmlane0/proxy_arp /proc/sys/net/ipv4/neigh/vmlane0/proxy_delay /proc/sys/net/ipv6/conf/vmlane0/proxy_ndp /proc/sys/net/ipv4/conf/vmlane0/send_redirects /proc/sys/net/bridge/bridge-nf-call-iptables; do echo $f $(cat $f); done"},
+		{"sh", "-c", "for f in /proc/sys/net/ipv4/conf/vmlane0/proxy_arp /proc/sys/net/ipv4/neigh/vmlane0/proxy_delay /proc/sys/net/ipv6/conf/vmlane0/proxy_ndp /proc/sys/net/ipv6/neigh/vmlane0/proxy_delay /proc/sys/net/ipv4/conf/vmlane0/send_redirects /proc/sys/net/bridge/bridge-nf-call-iptables; do echo $f $(cat $f); done"},
 		{"sh", "-c", "iptables-save -c | grep -v '^#' | grep -v ' \\[0:0\\]' | head -80"},
 		{"sh", "-c", "ip6tables-save -c | grep -v '^#' | grep -v ' \\[0:0\\]' | head -40"},
 	} {
