@@ -82,6 +82,12 @@ type Controller struct {
 	gateways []Route         // the Service gateways last logged
 	vms      []VM            // SetVMs's
 
+	// podCIDRs is PodCIDRs's answer for the Nodes' generation
+	// podCIDRsGen (nil: none yet).
+	podCIDRsMu  sync.Mutex
+	podCIDRs    []netip.Prefix
+	podCIDRsGen uint64
+
 	lastOK atomic.Int64 // unix nanos of the last successful reconcile
 
 	ready     chan struct{} // closed by the first reconcile

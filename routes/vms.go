@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 )
 
 // VM is a VM whose addresses belong to VM identity (a VMClaim): Node is
@@ -103,27 +104,9 @@ func (c *Controller) moveVMs(old, vms []VM) bool {
 	if c.opts.Announcer != nil {
 		return false
 	}
-	before := make(map[string]VM, len(old))
-	for _, v := range old {
-		before[v.Name] = v
-	}
-	var now, was []VM
-	for _, v := range vms {
-		o, ok := before[v.Name]
-		delete(before, v.Name)
-		if ok && sameVM(o, v) {
-			continue
-		}
-		if len(now) == moveFastMax {
-			return false
-		}
-		now = append(now, v)
-		if ok {
-			was = append(was, o)
-		}
-	}
-	if len(before) > 0 {
-		return false // VMs that went
+	now, was, ok := changedVMs(old, vms)
+	if !ok {
+		return false // a burst, or VMs that went
 	}
 	var nodes []Node
 	seen := map[string]bool{}
@@ -158,6 +141,55 @@ func (c *Controller) moveVMs(old, vms []VM) bool {
 	return len(skips) == 0 && len(hadSkips) == 0 && n == len(want)+len(del)
 }
 
+// changedVMs is what changed from old to vms: the VMs of vms that are new
+// or changed (now) and, of those, what old had of each (was). ok is false
+// for more than moveFastMax changes, or a VM of old that vms lacks. Lists
+// sorted by name, as the VMClaims pass gives them, are walked side by
+// side; others go through a map of old.
+func changedVMs(old, vms []VM) (now, was []VM, ok bool) {
+	byName := func(a, b VM) int { return strings.Compare(a.Name, b.Name) }
+	if slices.IsSortedFunc(old, byName) && slices.IsSortedFunc(vms, byName) {
+		i := 0
+		for _, v := range vms {
+			if i < len(old) && old[i].Name < v.Name {
+				return nil, nil, false // old[i] went
+			}
+			if i < len(old) && old[i].Name == v.Name {
+				o := old[i]
+				i++
+				if sameVM(o, v) {
+					continue
+				}
+				was = append(was, o)
+			}
+			if len(now) == moveFastMax {
+				return nil, nil, false
+			}
+			now = append(now, v)
+		}
+		return now, was, i == len(old)
+	}
+	before := make(map[string]VM, len(old))
+	for _, v := range old {
+		before[v.Name] = v
+	}
+	for _, v := range vms {
+		o, found := before[v.Name]
+		delete(before, v.Name)
+		if found && sameVM(o, v) {
+			continue
+		}
+		if len(now) == moveFastMax {
+			return nil, nil, false
+		}
+		now = append(now, v)
+		if found {
+			was = append(was, o)
+		}
+	}
+	return now, was, len(before) == 0
+}
+
 func (c *Controller) vmList() []VM {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -165,11 +197,23 @@ func (c *Controller) vmList() []VM {
 }
 
 // PodCIDRs is every node's pod subnets in the informer's cache: the pod
-// network, where --cluster-cidr does not name it.
+// network, where --cluster-cidr does not name it. It is read again only
+// when a Node changed in a way routes read (NodesGeneration): a VMClaims
+// pass asks for it each time, and reading 5,000 Nodes took a few ms of
+// each. The caller must not change the slice.
 func (c *Controller) PodCIDRs() []netip.Prefix {
-	var out []netip.Prefix
+	c.podCIDRsMu.Lock()
+	defer c.podCIDRsMu.Unlock()
+	// The generation before the list: a change during it makes the next
+	// call list again.
+	gen := c.nodesGen.Load()
+	if c.podCIDRs != nil && c.podCIDRsGen == gen {
+		return c.podCIDRs
+	}
+	out := []netip.Prefix{}
 	for _, n := range c.nodes() {
 		out = append(out, n.PodCIDRs...)
 	}
+	c.podCIDRs, c.podCIDRsGen = out, gen
 	return out
 }

@@ -3,6 +3,7 @@ package routes
 import (
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"strings"
@@ -134,5 +135,96 @@ func TestApplyNeedsAnOwnedReplacer(t *testing.T) {
 	l.Init()
 	if n := l.Apply([]Route{{Dst: netip.MustParsePrefix("10.244.1.9/32"), Via: netip.MustParseAddr("192.168.1.3")}}, nil); n != 0 || len(f.calls) != 0 {
 		t.Errorf("Apply on a plain table: %d routes, calls %q", n, f.calls)
+	}
+}
+
+// TestPodCIDRsFollowTheNodes: PodCIDRs lists every Node's pod subnets, and
+// lists them again once a Node changed in a way routes read (the Nodes'
+// generation), not before.
+func TestPodCIDRsFollowTheNodes(t *testing.T) {
+	c := NewController(fake.NewClientset(), ownedFake{newFakeTable()}, nil, nil, nil, NewMetrics(nil), slog.New(slog.DiscardHandler), Options{NodeName: "a"})
+	set := func(nodes ...*corev1.Node) {
+		objs := make([]any, len(nodes))
+		for i, n := range nodes {
+			objs[i] = n
+		}
+		if err := c.informer.GetStore().Replace(objs, "1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := func() []string {
+		var out []string
+		for _, p := range c.PodCIDRs() {
+			out = append(out, p.String())
+		}
+		slices.Sort(out)
+		return out
+	}
+	a, b := node("a", "192.168.1.1", "10.244.0.0/24"), node("b", "192.168.1.2", "10.244.1.0/24")
+	set(a, b)
+	if g, want := got(), []string{"10.244.0.0/24", "10.244.1.0/24"}; !slices.Equal(g, want) {
+		t.Errorf("PodCIDRs %v, want %v", g, want)
+	}
+	set(a, b, node("c", "192.168.1.3", "10.244.2.0/24"))
+	if g, want := got(), []string{"10.244.0.0/24", "10.244.1.0/24"}; !slices.Equal(g, want) {
+		t.Errorf("PodCIDRs %v before the Nodes' generation changed, want the list it had %v", g, want)
+	}
+	c.nodesGen.Add(1) // what the informer's handler does for the new Node
+	if g, want := got(), []string{"10.244.0.0/24", "10.244.1.0/24", "10.244.2.0/24"}; !slices.Equal(g, want) {
+		t.Errorf("PodCIDRs %v, want %v", g, want)
+	}
+}
+
+// TestChangedVMs: for lists sorted by name (walked side by side) and the
+// same lists shuffled (through a map), changedVMs finds the same new and
+// changed VMs, and refuses VMs that went and bursts alike.
+func TestChangedVMs(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	mk := func(n int) []VM {
+		var vms []VM
+		for i := range n {
+			if rng.IntN(5) == 0 {
+				continue
+			}
+			vms = append(vms, VM{Name: fmt.Sprintf("default/vm-%03d", i), Node: fmt.Sprintf("n%d", rng.IntN(3)),
+				Addrs: []netip.Addr{netip.AddrFrom4([4]byte{10, 244, 1, byte(i)})}})
+		}
+		return vms
+	}
+	names := func(vms []VM) []string {
+		var out []string
+		for _, v := range vms {
+			out = append(out, v.Name+"@"+v.Node)
+		}
+		slices.Sort(out)
+		return out
+	}
+	for step := range 500 {
+		n := 1 + rng.IntN(100)
+		old, vms := mk(n), mk(n)
+		if rng.IntN(2) == 0 { // mostly the same, as at a move
+			vms = slices.Clone(old)
+			for range rng.IntN(3) {
+				if len(vms) > 0 {
+					vms[rng.IntN(len(vms))].Node = "moved"
+				}
+			}
+		}
+		now, was, ok := changedVMs(old, vms)
+		so, sv := slices.Clone(old), slices.Clone(vms)
+		rng.Shuffle(len(so), func(i, j int) { so[i], so[j] = so[j], so[i] })
+		rng.Shuffle(len(sv), func(i, j int) { sv[i], sv[j] = sv[j], sv[i] })
+		now2, was2, ok2 := changedVMs(so, sv)
+		if ok != ok2 || ok && (!slices.Equal(names(now), names(now2)) || !slices.Equal(names(was), names(was2))) {
+			t.Fatalf("step %d: sorted %v %v %v, shuffled %v %v %v", step, names(now), names(was), ok, names(now2), names(was2), ok2)
+		}
+		// What the map path says, the reference: no VM of old missing.
+		gone := false
+		for _, o := range old {
+			gone = gone || !slices.ContainsFunc(vms, func(v VM) bool { return v.Name == o.Name })
+		}
+		if gone && ok {
+			t.Fatalf("step %d: VMs went and changedVMs said ok", step)
+		}
 	}
 }
