@@ -106,7 +106,8 @@ func leaseClaims(f *leases.File, node string) map[string]claimStatus {
 }
 
 // planClaims is the pure step from this node's leases (leaseClaims) and the
-// claims as the API has them to the calls that bring them in line:
+// claims as the API has them (have, sorted by VM, as list returns them) to
+// the calls that bring them in line:
 //   - a VM with a lease here and no claim: create it;
 //   - a VM attached here whose claim says it is held, or names another
 //     pod of this node, or a node that is gone or not Ready: the VM is
@@ -129,10 +130,6 @@ func leaseClaims(f *leases.File, node string) map[string]claimStatus {
 // hold a VM's addresses creates its claim (a lease that moved in whose
 // claim is gone waits for its home node to make it again).
 func planClaims(want map[string]claimStatus, have []claim, node string, nodeUp func(string) bool, heard map[string]bool) ([]claimAction, []claimConflict) {
-	byVM := make(map[string]claim, len(have))
-	for _, c := range have {
-		byVM[c.VM] = c
-	}
 	var acts []claimAction
 	var conflicts []claimConflict
 	vms := make([]string, 0, len(want))
@@ -142,7 +139,7 @@ func planClaims(want map[string]claimStatus, have []claim, node string, nodeUp f
 	slices.Sort(vms)
 	for _, vm := range vms {
 		w := want[vm]
-		c, ok := byVM[vm]
+		c, ok := findClaim(have, vm)
 		if ok {
 			// What the claim records and the lease may lack stays (the
 			// admission policy refuses to change it): its home, and an
@@ -170,11 +167,23 @@ func planClaims(want map[string]claimStatus, have []claim, node string, nodeUp f
 		}
 	}
 	for _, c := range have {
-		if _, ok := want[c.VM]; !ok && c.Status.Node == node {
+		if c.Status.Node != node {
+			continue
+		}
+		if _, ok := want[c.VM]; !ok {
 			acts = append(acts, claimAction{Op: "delete", VM: c.VM, ResourceVersion: c.ResourceVersion})
 		}
 	}
 	return acts, conflicts
+}
+
+// findClaim is vm's claim in have, sorted by VM (as list returns it).
+func findClaim(have []claim, vm string) (claim, bool) {
+	i, ok := slices.BinarySearchFunc(have, vm, func(c claim, vm string) int { return strings.Compare(c.VM, vm) })
+	if !ok {
+		return claim{}, false
+	}
+	return have[i], true
 }
 
 // migrating reports whether a VM attached here (want) has a claim that
@@ -384,44 +393,120 @@ type usable struct {
 // neither routed nor copied for the plugin, so no route takes the address
 // from its holder and no pod of the younger claim's VM gets it.
 func clashes(cs []usable) map[string]string {
-	order := make([]int, len(cs))
-	for i := range order {
-		order[i] = i
+	x := newClashIndex()
+	for _, u := range cs {
+		x.add(u)
 	}
-	slices.SortFunc(order, func(i, j int) int {
-		if c := cs[i].Created.Compare(cs[j].Created); c != 0 {
-			return c
+	return x.refused()
+}
+
+// clashIndex is what clashes decides, kept claim by claim: the claims that
+// name each address and MAC, oldest first. A claim is refused when, of
+// its IPv4 address, IPv6 address and MAC (in that order), one is named
+// first by an older claim, which is what clashes' walk from the oldest
+// claim to the youngest comes to. A pass that changes one claim of 10,000
+// updates its few entries instead of sorting them all.
+type clashIndex struct {
+	byVM map[string]usable
+	// holders are the VMs that name each key, oldest first; contested
+	// the keys that more than one names.
+	holders   map[clashKey][]string
+	contested map[clashKey]bool
+}
+
+// clashKey is an address or a MAC (normalized) that a claim names.
+type clashKey struct {
+	addr netip.Addr
+	mac  string
+}
+
+func newClashIndex() *clashIndex {
+	return &clashIndex{byVM: map[string]usable{}, holders: map[clashKey][]string{}, contested: map[clashKey]bool{}}
+}
+
+// claimField is an address or MAC a claim names: its key, and the status
+// field and its value as the claim spells it.
+type claimField struct {
+	key          clashKey
+	field, value string
+}
+
+// fields are what u names, in the order clashes reports them.
+func (u usable) fields() []claimField {
+	out := []claimField{{clashKey{addr: u.v4.Addr()}, "status.ipv4", u.Status.IPv4}}
+	if u.v6.IsValid() {
+		out = append(out, claimField{clashKey{addr: u.v6.Addr()}, "status.ipv6", u.Status.IPv6})
+	}
+	return append(out, claimField{clashKey{mac: u.mac}, "status.mac", u.Status.MAC})
+}
+
+// older reports whether the claim a is older than b: by creation, then by
+// VM name.
+func (x *clashIndex) older(a, b string) bool {
+	ca, cb := x.byVM[a].Created, x.byVM[b].Created
+	if c := ca.Compare(cb); c != 0 {
+		return c < 0
+	}
+	return a < b
+}
+
+// add puts u in the index, in place of what its VM named before.
+func (x *clashIndex) add(u usable) {
+	x.remove(u.VM)
+	x.byVM[u.VM] = u
+	for _, f := range u.fields() {
+		hs := x.holders[f.key]
+		i := 0
+		for i < len(hs) && x.older(hs[i], u.VM) {
+			i++
 		}
-		return strings.Compare(cs[i].VM, cs[j].VM)
-	})
-	addrs, macs := make(map[netip.Addr]string, 2*len(cs)), make(map[string]string, len(cs))
+		hs = slices.Insert(hs, i, u.VM)
+		x.holders[f.key] = hs
+		if len(hs) > 1 {
+			x.contested[f.key] = true
+		}
+	}
+}
+
+// remove takes vm's claim out of the index.
+func (x *clashIndex) remove(vm string) {
+	u, ok := x.byVM[vm]
+	if !ok {
+		return
+	}
+	for _, f := range u.fields() {
+		hs := slices.DeleteFunc(x.holders[f.key], func(h string) bool { return h == vm })
+		switch len(hs) {
+		case 0:
+			delete(x.holders, f.key)
+		case 1:
+			delete(x.contested, f.key)
+			x.holders[f.key] = hs
+		default:
+			x.holders[f.key] = hs
+		}
+	}
+	delete(x.byVM, vm)
+}
+
+// refused is clashes' answer: each refused claim's VM, with why.
+func (x *clashIndex) refused() map[string]string {
 	var out map[string]string
-	for _, i := range order {
-		c := cs[i]
-		refuse := func(field, value, holder string) {
-			if out == nil {
-				out = map[string]string{}
+	for k := range x.contested {
+		for _, vm := range x.holders[k][1:] {
+			if _, done := out[vm]; done {
+				continue
 			}
-			out[c.VM] = fmt.Sprintf("VMClaim %s: %s %q is VMClaim %s's, an older claim; this one is not used (delete it, or give it addresses of its own)", c.VM, field, value, holder)
-		}
-		v4, v6 := c.v4.Addr(), c.v6.Addr()
-		switch {
-		case addrs[v4] != "":
-			refuse("status.ipv4", c.Status.IPv4, addrs[v4])
-		case v6.IsValid() && addrs[v6] != "":
-			refuse("status.ipv6", c.Status.IPv6, addrs[v6])
-		case macs[c.mac] != "":
-			refuse("status.mac", c.Status.MAC, macs[c.mac])
-		}
-		// A refused claim still keeps what it named first from the
-		// claims after it: refusing one claim frees nothing for another.
-		for _, a := range []netip.Addr{v4, v6} {
-			if _, taken := addrs[a]; a.IsValid() && !taken {
-				addrs[a] = c.VM
+			u := x.byVM[vm]
+			for _, f := range u.fields() {
+				if holder := x.holders[f.key][0]; holder != vm {
+					if out == nil {
+						out = map[string]string{}
+					}
+					out[vm] = fmt.Sprintf("VMClaim %s: %s %q is VMClaim %s's, an older claim; this one is not used (delete it, or give it addresses of its own)", vm, f.field, f.value, holder)
+					break
+				}
 			}
-		}
-		if _, taken := macs[c.mac]; !taken {
-			macs[c.mac] = c.VM
 		}
 	}
 	return out
@@ -499,12 +584,15 @@ func hostRouteDiff(f *leases.File, have []netip.Prefix, elsewhere map[string]boo
 	return add, del
 }
 
-// claimedElsewhere names the VMs whose claims, as have lists them with
-// the actions done applied, name a node other than self.
-func claimedElsewhere(have []claim, done []claimAction, self string) map[string]bool {
+// claimedElsewhere names, of vms, the VMs whose claims, as have (sorted
+// by VM) lists them with the actions done applied, name a node other than
+// self: a look-up per VM of the node's leases, not a map of every claim.
+func claimedElsewhere(have []claim, done []claimAction, self string, vms []string) map[string]bool {
 	node := map[string]string{}
-	for _, c := range have {
-		node[c.VM] = c.Status.Node
+	for _, vm := range vms {
+		if c, ok := findClaim(have, vm); ok {
+			node[vm] = c.Status.Node
+		}
 	}
 	for _, a := range done {
 		if a.Op == "delete" {

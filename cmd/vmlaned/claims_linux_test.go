@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"path/filepath"
@@ -206,7 +208,9 @@ func TestSlimClaim(t *testing.T) {
 }
 
 // TestClaimsList: list reads a claim again when the informer stores a new
-// object for it, drops one it deleted, and says whether anything changed.
+// object for it, drops one it deleted, and says whether anything changed
+// and which claims; by the informer's noted changes (as vmlaned runs it)
+// and by reading the cache whole (without them).
 func TestClaimsList(t *testing.T) {
 	obj := func(name, node, rv string) *unstructured.Unstructured {
 		return &unstructured.Unstructured{Object: map[string]any{
@@ -214,27 +218,80 @@ func TestClaimsList(t *testing.T) {
 			"status":   map[string]any{"ipv4": "10.244.1.5/24", "mac": "02:76:0a:f4:01:05", "node": node},
 		}}
 	}
+	for _, noted := range []bool{true, false} {
+		t.Run(fmt.Sprintf("noted changes %v", noted), func(t *testing.T) {
+			store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+			s := &claimsSync{claims: store}
+			if noted {
+				s.changes = &claimChanges{}
+			}
+			change := func(op func(any) error, o *unstructured.Unstructured) {
+				if err := op(o); err != nil {
+					t.Fatal(err)
+				}
+				if noted {
+					s.changes.note(o)
+				}
+			}
+			list := func(wantChanged bool, changed []string, want ...string) {
+				t.Helper()
+				var got []string
+				for _, c := range s.list() {
+					got = append(got, c.VM+"@"+c.Status.Node)
+				}
+				if !slices.Equal(got, want) || s.listChanged != wantChanged {
+					t.Errorf("list %v (changed %v), want %v (changed %v)", got, s.listChanged, want, wantChanged)
+				}
+				if noted {
+					if got := slices.Sorted(maps.Keys(s.stale)); !slices.Equal(got, changed) {
+						t.Errorf("claims to check again %v, want %v", got, changed)
+					}
+					s.stale = nil // as apply takes them
+				}
+			}
+			change(store.Add, obj("web", "node-a", "1"))
+			change(store.Add, obj("db", "node-a", "1"))
+			list(true, nil, "default/db@node-a", "default/web@node-a") // the first list reads them all (staleAll)
+			list(false, nil, "default/db@node-a", "default/web@node-a")
+			change(store.Update, obj("web", "node-b", "2"))
+			list(true, []string{"default/web"}, "default/db@node-a", "default/web@node-b")
+			change(store.Add, obj("app", "node-c", "3"))
+			list(true, []string{"default/app"}, "default/app@node-c", "default/db@node-a", "default/web@node-b")
+			change(store.Delete, obj("db", "node-a", "1"))
+			list(true, []string{"default/db"}, "default/app@node-c", "default/web@node-b")
+			list(false, nil, "default/app@node-c", "default/web@node-b")
+		})
+	}
+}
+
+// TestClaimsListByChanges: after any run of adds, updates and deletes,
+// each noted, the list by the changes is the list of the whole cache.
+func TestClaimsListByChanges(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
 	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
-	s := &claimsSync{claims: store}
-	list := func(wantChanged bool, want ...string) {
-		t.Helper()
-		var got []string
-		for _, c := range s.list() {
-			got = append(got, c.VM+"@"+c.Status.Node)
+	s := &claimsSync{claims: store, changes: &claimChanges{}}
+	whole := &claimsSync{claims: store}
+	for step := range 2000 {
+		for range rng.IntN(4) {
+			o := &unstructured.Unstructured{Object: map[string]any{
+				"metadata": map[string]any{"name": fmt.Sprintf("vm-%d", rng.IntN(50)), "namespace": []string{"default", "prod"}[rng.IntN(2)], "resourceVersion": fmt.Sprint(step)},
+				"status":   map[string]any{"node": fmt.Sprintf("node-%d", rng.IntN(5))},
+			}}
+			var err error
+			if rng.IntN(3) == 0 {
+				err = store.Delete(o)
+			} else {
+				err = store.Update(o) // adds what is not there
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.changes.note(o)
 		}
-		if !slices.Equal(got, want) || s.listChanged != wantChanged {
-			t.Errorf("list %v (changed %v), want %v (changed %v)", got, s.listChanged, want, wantChanged)
+		if got, want := s.list(), whole.list(); !slices.Equal(got, want) {
+			t.Fatalf("step %d: list by the changes %v, want %v", step, got, want)
 		}
 	}
-	_ = store.Add(obj("web", "node-a", "1"))
-	_ = store.Add(obj("db", "node-a", "1"))
-	list(true, "default/db@node-a", "default/web@node-a")
-	list(false, "default/db@node-a", "default/web@node-a")
-	_ = store.Update(obj("web", "node-b", "2"))
-	list(true, "default/db@node-a", "default/web@node-b")
-	_ = store.Delete(obj("db", "node-a", "1"))
-	list(true, "default/web@node-b")
-	list(false, "default/web@node-b")
 }
 
 // TestSweepHostRoutes: on a real bridge, a host route that no live lease
@@ -304,6 +361,69 @@ func TestMirrorLive(t *testing.T) {
 	if got := live(); got != "default/down@default/down-1 default/live@default/live-1" {
 		t.Errorf("node-c up: Live claims %q, want default/down's too", got)
 	}
+}
+
+// TestApplyChecksWhatChanged: with the informer's changes, a pass checks
+// again the claims that changed (an address taken from another claim, an
+// address outside the pod network, a claim deleted), and a held claim
+// whose hold time passed with nothing else changing goes from the copy
+// and the routes all the same.
+func TestApplyChecksWhatChanged(t *testing.T) {
+	t0 := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	now := t0
+	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+	s := &claimsSync{c: &config{NodeName: "node-a", ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}},
+		claims: store, changes: &claimChanges{}, warned: map[string]string{}, nodes: testNodes("node-a", "node-b", "node-c"),
+		now: func() time.Time { return now }, log: slog.New(slog.DiscardHandler)}
+	put := func(name, ip, mac, node, heldUntil string, age int) {
+		o := &unstructured.Unstructured{Object: map[string]any{
+			"metadata": map[string]any{"name": name, "namespace": "default", "resourceVersion": fmt.Sprint(now.UnixNano()),
+				"creationTimestamp": t0.Add(time.Duration(age) * time.Second).Format(time.RFC3339)},
+			"status": map[string]any{"ipv4": ip + "/24", "mac": mac, "node": node, "heldUntil": heldUntil},
+		}}
+		if err := store.Update(o); err != nil {
+			t.Fatal(err)
+		}
+		s.changes.note(o)
+	}
+	routed := func(want ...string) {
+		t.Helper()
+		vms, mirror, _ := s.apply(s.list())
+		var got, copied []string
+		for _, v := range vms {
+			got = append(got, v.Name+"@"+v.Node)
+		}
+		for _, c := range mirror.Claims {
+			copied = append(copied, c.VM+"@"+c.Node)
+		}
+		if !slices.Equal(got, want) || !slices.Equal(copied, want) {
+			t.Errorf("routed %v, copied %v; want %v", got, copied, want)
+		}
+	}
+	put("web", "10.244.2.5", "02:76:0a:f4:02:05", "node-b", "", 0)
+	put("db", "10.244.2.6", "02:76:0a:f4:02:06", "node-b", "", 1)
+	put("old", "10.244.3.7", "02:76:0a:f4:03:07", "node-c", t0.Add(time.Hour).Format(time.RFC3339), 2)
+	routed("default/db@node-b", "default/old@node-c", "default/web@node-b")
+
+	put("db", "10.244.2.5", "02:76:0a:f4:02:06", "node-c", "", 1) // web's address, and younger
+	routed("default/old@node-c", "default/web@node-b")
+	put("web", "10.245.2.5", "02:76:0a:f4:02:05", "node-b", "", 0) // outside the pod network: db holds the address now
+	routed("default/db@node-c", "default/old@node-c")
+	put("web", "10.244.2.7", "02:76:0a:f4:02:05", "node-b", "", 0)
+	s.list() // a list without an apply: its changes wait for the next
+	routed("default/db@node-c", "default/old@node-c", "default/web@node-b")
+
+	now = t0.Add(2 * time.Hour) // old's hold time passed; no claim changed
+	routed("default/db@node-c", "default/web@node-b")
+
+	put("db", "10.244.2.7", "02:76:0a:f4:02:06", "node-c", "", 1) // web's address again
+	routed("default/web@node-b")
+	// web goes: db, which named its address, is routed.
+	if err := store.Delete(&unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "web", "namespace": "default"}}}); err != nil {
+		t.Fatal(err)
+	}
+	s.changes.note(&unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "web", "namespace": "default"}}})
+	routed("default/db@node-c")
 }
 
 // fakeNodes is the cluster's Nodes as a test gives them: node-a has

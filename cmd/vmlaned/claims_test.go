@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"maps"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"strings"
@@ -267,6 +269,70 @@ func TestClashes(t *testing.T) {
 	}
 }
 
+// clashesByWalk is clashes as it was first written, the reference
+// TestClashIndex holds the index to: the claims from the oldest to the
+// youngest, each refused when an older one named its IPv4 address, IPv6
+// address or MAC first (in that order), and every claim, refused or not,
+// keeping what it named first.
+func clashesByWalk(cs []usable) map[string]string {
+	cs = slices.Clone(cs)
+	slices.SortFunc(cs, func(a, b usable) int {
+		if c := a.Created.Compare(b.Created); c != 0 {
+			return c
+		}
+		return strings.Compare(a.VM, b.VM)
+	})
+	first := map[clashKey]string{}
+	out := map[string]string{}
+	for _, u := range cs {
+		for _, f := range u.fields() {
+			if h, taken := first[f.key]; taken {
+				out[u.VM] = fmt.Sprintf("VMClaim %s: %s %q is VMClaim %s's, an older claim; this one is not used (delete it, or give it addresses of its own)", u.VM, f.field, f.value, h)
+				break
+			}
+		}
+		for _, f := range u.fields() {
+			if _, taken := first[f.key]; !taken {
+				first[f.key] = u.VM
+			}
+		}
+	}
+	return out
+}
+
+// TestClashIndex: the index, changed claim by claim (added, changed,
+// removed at random among claims that share few addresses and MACs),
+// refuses after each change exactly what the walk over every claim does.
+func TestClashIndex(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	cluster := newPrefixSet([]netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/48")})
+	t0 := time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)
+	x := newClashIndex()
+	have := map[string]usable{}
+	for step := range 3000 {
+		vm := fmt.Sprintf("default/vm-%d", rng.IntN(40))
+		if rng.IntN(4) == 0 {
+			x.remove(vm)
+			delete(have, vm)
+		} else {
+			st := claimStatus{IPv4: fmt.Sprintf("10.244.1.%d/24", rng.IntN(30)), MAC: fmt.Sprintf("02:76:0a:f4:01:%02x", rng.IntN(30)), Node: "node-b"}
+			if rng.IntN(2) == 0 {
+				st.IPv6 = fmt.Sprintf("fd00:10:244:1::%x/64", rng.IntN(30))
+			}
+			u, err := checkClaim(claim{VM: vm, Created: t0.Add(time.Duration(rng.IntN(10)) * time.Second), Status: st}, cluster)
+			if err != nil {
+				t.Fatal(err)
+			}
+			x.add(u)
+			have[vm] = u
+		}
+		want := clashesByWalk(slices.Collect(maps.Values(have)))
+		if got := x.refused(); !maps.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
+			t.Fatalf("step %d: refused %v, want %v", step, got, want)
+		}
+	}
+}
+
 // TestHostRouteDiff: the bridge keeps one host route per address of each
 // live lease that moved in, and none for a held one, a lease of the node's
 // own subnets, or a lease that is gone.
@@ -304,19 +370,21 @@ func TestHostRouteDiff(t *testing.T) {
 // done on top: a claim this node just took is its own, one it gave up or
 // another node holds is elsewhere, a deleted one is nowhere.
 func TestClaimedElsewhere(t *testing.T) {
-	have := []claim{
-		{VM: "default/moving-in", Status: claimStatus{Node: "node-b"}},
-		{VM: "default/left", Status: claimStatus{Node: "node-a"}},
-		{VM: "default/there", Status: claimStatus{Node: "node-c"}},
-		{VM: "default/here", Status: claimStatus{Node: "node-a"}},
+	have := []claim{ // sorted by VM, as list returns them
 		{VM: "default/deleted", Status: claimStatus{Node: "node-b"}},
+		{VM: "default/here", Status: claimStatus{Node: "node-a"}},
+		{VM: "default/left", Status: claimStatus{Node: "node-a"}},
+		{VM: "default/moving-in", Status: claimStatus{Node: "node-b"}},
+		{VM: "default/not-here", Status: claimStatus{Node: "node-c"}},
+		{VM: "default/there", Status: claimStatus{Node: "node-c"}},
 	}
 	done := []claimAction{
 		{Op: "update", VM: "default/moving-in", Status: claimStatus{Node: "node-a"}},
 		{Op: "update", VM: "default/left", Status: claimStatus{Node: "node-b"}},
 		{Op: "delete", VM: "default/deleted"},
 	}
-	got := claimedElsewhere(have, done, "node-a")
+	// The node's leases: not-here has none (it is not asked about).
+	got := claimedElsewhere(have, done, "node-a", []string{"default/deleted", "default/here", "default/left", "default/moving-in", "default/there"})
 	want := map[string]bool{"default/left": true, "default/there": true}
 	if !maps.Equal(got, want) {
 		t.Errorf("claimedElsewhere = %v, want %v", got, want)
