@@ -55,7 +55,7 @@ func BenchmarkClaimsPass(b *testing.B) {
 		changes: changes, nodes: nodes, warned: map[string]string{}}
 	pass := func() int {
 		vms, mirror, _ := s.apply(s.list())
-		s.writeMirror(mirror)
+		s.writeMirror(mirror, true)
 		return len(vms)
 	}
 	if n := pass(); n != benchVMs {

@@ -376,9 +376,10 @@ func (s *claimsSync) pass(ctx context.Context) {
 	// elsewhere are held here first: a claim whose address another lease
 	// here holds (a plain pod's, another VM's) is refused, and neither
 	// routed by this node nor proxied, nor copied for the plugin.
+	filtered := false
 	if refused := s.holdLent(lent); len(refused) > 0 {
 		vms, mirror, lent = withoutVMs(vms, mirror, lent, refused)
-		s.applied.mirrorJSON = nil
+		filtered = true
 	}
 	// The routes first: a moved VM's host route goes in at once
 	// (routes.Controller.SetVMs), the plugin's copy of the claims after.
@@ -386,7 +387,7 @@ func (s *claimsSync) pass(ctx context.Context) {
 	if s.passTime != nil {
 		s.passTime.Observe(time.Since(start).Seconds())
 	}
-	s.writeMirror(mirror)
+	s.writeMirror(mirror, !filtered)
 	s.proxyLent(lent)
 	s.awayLent(lent, movedInPorts(file))
 	s.answerMovedIn(movedInGuests(file))
@@ -729,12 +730,18 @@ func (c *claimChanges) take() []string {
 	return keys
 }
 
+// bulkChanges is how many changed claims list takes one at a time at the
+// least (more, and more than an eighth of the claims, and it reads them
+// all).
+const bulkChanges = 256
+
 // list is every VMClaim in the informer's cache, sorted by VM. With the
 // informer's changes (s.changes) it reads only the claims that changed
 // since the last list and puts each in its place in the last list: a
 // claim's move costs a look-up and a binary search, not a read and a sort
-// of 10,000 claims. The first list, and every list without changes to
-// go by, reads the cache whole (listAll).
+// of 10,000 claims. The first list, every list without changes to go by,
+// and a burst of changes read the cache whole (listAll). The list is
+// changed in place by the next: it is valid until then.
 func (s *claimsSync) list() []claim {
 	if s.changes == nil || s.listed == nil {
 		if s.changes != nil {
@@ -743,6 +750,12 @@ func (s *claimsSync) list() []claim {
 		return s.listAll()
 	}
 	keys := s.changes.take()
+	if len(keys) > bulkChanges && len(keys) > len(s.listed)/8 {
+		// Inserting each into the sorted list costs a copy of it: a burst
+		// (claims restored, a namespace deleted) is read whole.
+		s.listed = nil
+		return s.listAll()
+	}
 	s.listChanged = len(keys) > 0
 	for _, key := range keys {
 		if s.stale == nil {
@@ -754,7 +767,8 @@ func (s *claimsSync) list() []claim {
 		u, ok := obj.(*unstructured.Unstructured)
 		switch {
 		case err != nil:
-			continue
+			s.listed = nil // read it all next time
+			return s.listAll()
 		case exists && ok && found:
 			s.listed[i] = claimFromObject(u)
 		case exists && ok:
@@ -772,7 +786,7 @@ func (s *claimsSync) list() []claim {
 // the last gets the last list again.
 func (s *claimsSync) listAll() []claim {
 	objs := s.claims.List()
-	same := len(objs) == len(s.parsed)
+	same := s.listed != nil && len(objs) == len(s.parsed)
 	for _, o := range objs {
 		if !same {
 			break
@@ -846,17 +860,22 @@ func (s *claimsSync) warnOnce(vm, msg string) {
 	s.log.Warn(msg)
 }
 
-// writeMirror writes the plugin's copy of the claims when it changed. f is
-// apply's last mirror, encoded once per change of it, each claim once per
-// change of it (kept with check's verdict on it).
-func (s *claimsSync) writeMirror(f plugin.ClaimsFile) {
+// writeMirror writes the plugin's copy of the claims, f, when it changed.
+// f is apply's last mirror (applied), encoded once per change of it, or
+// that mirror less the claims this pass refused, encoded each time: a
+// refusal that lifts (the lease in the way goes) must not leave the
+// refused claim out of the copy until the claims change. Each claim is
+// encoded once per change of it (kept with check's verdict on it).
+func (s *claimsSync) writeMirror(f plugin.ClaimsFile, applied bool) {
 	data := s.applied.mirrorJSON
-	if data == nil {
+	if data == nil || !applied {
 		var err error
 		if data, err = s.encodeMirror(f); err != nil {
 			return
 		}
-		s.applied.mirrorJSON = data
+		if applied {
+			s.applied.mirrorJSON = data
+		}
 	}
 	if bytes.Equal(data, s.mirror) {
 		return

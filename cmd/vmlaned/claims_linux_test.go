@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -261,6 +263,73 @@ func TestClaimsList(t *testing.T) {
 			list(true, []string{"default/db"}, "default/app@node-c", "default/web@node-b")
 			list(false, nil, "default/app@node-c", "default/web@node-b")
 		})
+	}
+}
+
+// TestClaimsListBurst: a burst of changes, more than list takes one at a
+// time, is read whole: every claim deleted at once leaves none, and the
+// pass checks them all again.
+func TestClaimsListBurst(t *testing.T) {
+	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+	s := &claimsSync{claims: store, changes: &claimChanges{}}
+	var objs []*unstructured.Unstructured
+	for i := range 2 * bulkChanges {
+		o := &unstructured.Unstructured{Object: map[string]any{
+			"metadata": map[string]any{"name": fmt.Sprintf("vm-%d", i), "namespace": "default"},
+			"status":   map[string]any{"node": "node-b"},
+		}}
+		objs = append(objs, o)
+		if err := store.Add(o); err != nil {
+			t.Fatal(err)
+		}
+		s.changes.note(o)
+	}
+	if got := len(s.list()); got != len(objs) {
+		t.Fatalf("listed %d claims, want %d", got, len(objs))
+	}
+	s.staleAll = false // as apply takes it
+	for _, o := range objs {
+		if err := store.Delete(o); err != nil {
+			t.Fatal(err)
+		}
+		s.changes.note(o)
+	}
+	if got := s.list(); len(got) != 0 || !s.staleAll || !s.listChanged {
+		t.Errorf("after every claim went: listed %d, check all again %v, changed %v; want none, true, true", len(got), s.staleAll, s.listChanged)
+	}
+}
+
+// TestWriteMirrorAfterARefusal: the plugin's copy written without a claim
+// this pass refused (its address held here by a lease) gets the claim
+// back once a pass refuses nothing, though the claims did not change.
+func TestWriteMirrorAfterARefusal(t *testing.T) {
+	dir := t.TempDir()
+	s := &claimsSync{c: &config{LeaseFile: filepath.Join(dir, "leases.json")}, log: slog.New(slog.DiscardHandler)}
+	web := plugin.NodeClaim{VM: "default/web", IPv4: netip.MustParsePrefix("10.244.1.5/24"), MAC: "02:76:0a:f4:01:05", Node: "node-b"}
+	x := plugin.NodeClaim{VM: "default/x", IPv4: netip.MustParsePrefix("10.244.1.9/24"), MAC: "02:76:0a:f4:01:09", Node: "node-c"}
+	read := func() []string {
+		t.Helper()
+		data, err := os.ReadFile(filepath.Join(dir, plugin.ClaimsFileName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var f plugin.ClaimsFile
+		if err := json.Unmarshal(data, &f); err != nil {
+			t.Fatalf("%s: %v", data, err)
+		}
+		var vms []string
+		for _, c := range f.Claims {
+			vms = append(vms, c.VM)
+		}
+		return vms
+	}
+	s.writeMirror(plugin.ClaimsFile{Version: 1, Claims: []plugin.NodeClaim{web}}, false) // x refused
+	if got := read(); !slices.Equal(got, []string{"default/web"}) {
+		t.Errorf("copy %v, want default/web's alone", got)
+	}
+	s.writeMirror(plugin.ClaimsFile{Version: 1, Claims: []plugin.NodeClaim{web, x}}, true) // apply's, nothing refused
+	if got := read(); !slices.Equal(got, []string{"default/web", "default/x"}) {
+		t.Errorf("copy %v once nothing is refused, want both", got)
 	}
 }
 
