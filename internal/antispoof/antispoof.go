@@ -9,7 +9,9 @@
 // NS, NA and RS the frame's own MAC. DHCP and DHCPv6 server replies, IPv6
 // router advertisements and redirects, and DHCP client messages whose
 // chaddr is not the frame's source are dropped, and so is every ethertype
-// but IPv4, ARP and IPv6 (802.1Q tags included).
+// but IPv4, ARP and IPv6 (802.1Q tags included), save one RARP request: the
+// one QEMU sends to announce a migrated guest's NIC, which names the port's
+// MAC as sender and target and no address.
 //
 // The rules live in two nftables tables of vmlane's own, programmed over
 // netlink (no nft binary is needed on the node). The bridge family's

@@ -62,6 +62,10 @@ type attack struct {
 	stopped bool
 }
 
+// typeRARP is RARP's ethertype, which QEMU's announcement of a migrated
+// guest uses.
+const typeRARP = 0x8035
+
 func attacks(l *lan) []attack {
 	macA, ipA := l.portA.MAC, l.portA.IP
 	macB, ipB := l.portB.MAC, l.portB.IP
@@ -100,6 +104,10 @@ func attacks(l *lan) []attack {
 		named(e(macA, frametest.TypeARP, frametest.ARP(2, macA, ipB, frametest.Broadcast, ipB)), "ARP poisoning of a neighbour", true),
 		named(e(macA, frametest.TypeARP, frametest.ARP(1, forged, ipA, net.HardwareAddr{0, 0, 0, 0, 0, 0}, gw)), "ARP with a forged sender MAC", true),
 		named(e(macA, frametest.TypeARP, frametest.ARP(1, macA, any4, net.HardwareAddr{0, 0, 0, 0, 0, 0}, ipA)), "ARP probe (RFC 5227)", false),
+		named(e(macA, typeRARP, frametest.ARP(3, macA, any4, macA, any4)), "RARP self-announce (QEMU after a live migration)", false),
+		named(e(macA, typeRARP, frametest.ARP(3, macA, any4, macB, any4)), "RARP request for the neighbour's MAC", true),
+		named(e(macA, typeRARP, frametest.ARP(4, macA, ipA, macA, ipA)), "RARP reply", true),
+		named(e(macA, typeRARP, frametest.ARP(3, forged, any4, forged, any4)), "RARP self-announce of a forged MAC", true),
 		named(e(macA, frametest.TypeIPv4, dhcp(macA)), "DHCPDISCOVER for itself", false),
 		named(e(macA, frametest.TypeIPv4, dhcp(macB)), "DHCPDISCOVER with the neighbour's chaddr", true),
 		named(e(macA, frametest.TypeIPv4, udp(ipA, 67, 68, "rogue dhcp")), "DHCP server reply (rogue server)", true),

@@ -43,6 +43,7 @@ const (
 	etherIPv4   = 0x0800
 	etherARP    = 0x0806
 	etherIPv6   = 0x86dd
+	etherRARP   = 0x8035
 	protoUDP    = 17
 	protoICMPv6 = 58
 
@@ -188,6 +189,19 @@ var layout = []chainSpec{
 		{"to ipv4", one(load(expr.PayloadBaseLLHeader, 12, 2, regOne), eq(regOne, be16(etherIPv4)), jump(chainIPv4))},
 		{"to arp", one(load(expr.PayloadBaseLLHeader, 12, 2, regOne), eq(regOne, be16(etherARP)), jump(chainARP))},
 		{"to ipv6", one(load(expr.PayloadBaseLLHeader, 12, 2, regOne), eq(regOne, be16(etherIPv6)), jump(chainIPv6))},
+		// QEMU announces a guest's NIC where a live migration brought it
+		// with RARP requests for the NIC's own MAC (sender and target),
+		// no address, as soon as the guest runs, without the guest's
+		// help: the target's bridge learns the MAC from them, which is
+		// what moves the VM's routes there. Any other RARP is dropped.
+		{"rarp self-announce", cat(
+			one(load(expr.PayloadBaseLLHeader, 12, 2, regOne), eq(regOne, be16(etherRARP))),
+			// Ethernet, IPv4, their lengths, and "request reverse".
+			one(load(expr.PayloadBaseLLHeader, 14, 8, regOne), eq(regOne, []byte{0, 1, 8, 0, 6, 4, 0, 3})),
+			one(loadName(regName), load(expr.PayloadBaseLLHeader, 22, 6, regMAC), in(setMACs, regName)),
+			one(load(expr.PayloadBaseLLHeader, 28, 4, regOne), eq(regOne, zero4)),
+			one(loadName(regName), load(expr.PayloadBaseLLHeader, 32, 6, regMAC), in(setMACs, regName)),
+			one(load(expr.PayloadBaseLLHeader, 38, 4, regOne), eq(regOne, zero4), accept()))},
 		{"other ethertype", drop()},
 	}},
 	{chainIPv4, []rule{
