@@ -42,17 +42,24 @@ func MigrationCount(tb testing.TB, def int) int {
 // MigrationStatus is what QEMU reports of a finished migration.
 type MigrationStatus struct {
 	// Total is the migration's whole time as the caller saw it; Downtime
-	// the guest's pause as QEMU measured it (0 when QEMU reports none:
-	// seen now and then with QEMU 7.2).
+	// the guest's pause as the source QEMU measured it (0 when it reports
+	// none: seen now and then with QEMU 7.2), which ends when the source
+	// has sent the last of the state, not when the target runs the guest.
 	Total, Downtime time.Duration
 	// Ended is when the caller saw it completed.
 	Ended time.Time
+	// Pause is the guest's whole pause, from the source QEMU's STOP event
+	// to the target QEMU's RESUME (zero when the target was not watched),
+	// and Resumed when the target resumed it.
+	Pause   time.Duration
+	Resumed time.Time
 }
 
 // Migrate has the source QEMU behind q migrate its guest to uri (QEMU's
 // form, such as unix:/path) and waits, up to 3 minutes, until it reports
-// the migration completed.
-func Migrate(q *QMP, uri string) (MigrationStatus, error) {
+// the migration completed. With target, the target QEMU's monitor, it
+// also waits for the target to resume the guest, and reports the pause.
+func Migrate(q, target *QMP, uri string) (MigrationStatus, error) {
 	var st MigrationStatus
 	if _, err := q.Execute("migrate-set-parameters", map[string]any{"max-bandwidth": 1 << 30}); err != nil {
 		return st, err
@@ -82,6 +89,16 @@ func Migrate(q *QMP, uri string) (MigrationStatus, error) {
 	st.Total, st.Downtime = st.Ended.Sub(start), time.Duration(status.Downtime)*time.Millisecond
 	if status.Status != "completed" {
 		return st, fmt.Errorf("migration %s after %v: %s", status.Status, st.Total.Round(time.Millisecond), status.ErrorDesc)
+	}
+	if target != nil {
+		resumed, err := target.WaitEvent("RESUME", 30*time.Second)
+		if err != nil {
+			return st, fmt.Errorf("the target QEMU: %w", err)
+		}
+		st.Resumed = resumed.At
+		if stopped, ok := q.Event("STOP"); ok {
+			st.Pause = resumed.At.Sub(stopped.At)
+		}
 	}
 	return st, nil
 }
@@ -264,8 +281,12 @@ func (r MigrationRun) String() string {
 		}
 		sw = fmt.Sprintf("first frame %v after QEMU's end, then the routes: %s", r.FirstFrame.Round(time.Millisecond), strings.Join(rs, ", "))
 	}
-	return fmt.Sprintf("%s → %s: QEMU downtime %v (total %v); %s; lost: %s",
-		r.From, r.To, r.Downtime, r.Total.Round(time.Millisecond), sw, strings.Join(ls, ", "))
+	pause := ""
+	if r.Pause > 0 {
+		pause = fmt.Sprintf(", the guest paused %v (resumed %v after QEMU's end)", r.Pause.Round(time.Millisecond), r.Resumed.Sub(r.Ended).Round(time.Millisecond))
+	}
+	return fmt.Sprintf("%s → %s: QEMU downtime %v (total %v)%s; %s; lost: %s",
+		r.From, r.To, r.Downtime, r.Total.Round(time.Millisecond), pause, sw, strings.Join(ls, ", "))
 }
 
 // MigrationTable is the runs as a table, one column per vantage of keys,
@@ -276,9 +297,9 @@ func (r MigrationRun) String() string {
 // out of both.
 func MigrationTable(runs []MigrationRun, keys []string) string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "| run | from → to | QEMU downtime | first frame after QEMU's end | slowest route after it | loss %s | worst beyond downtime | beyond downtime and first frame |\n", strings.Join(keys, " | loss "))
-	fmt.Fprintf(&sb, "|%s\n", strings.Repeat(" --- |", 7+len(keys)))
-	var diffs, switches []time.Duration
+	fmt.Fprintf(&sb, "| run | from → to | QEMU downtime | guest's pause (STOP → RESUME) | first frame after QEMU's end | slowest route after it | loss %s | worst beyond downtime | beyond downtime and first frame | worst beyond the pause |\n", strings.Join(keys, " | loss "))
+	fmt.Fprintf(&sb, "|%s\n", strings.Repeat(" --- |", 9+len(keys)))
+	var diffs, switches, paused []time.Duration
 	for _, r := range runs {
 		ff, sw := "never heard", "-"
 		if r.Heard {
@@ -298,7 +319,12 @@ func MigrationTable(runs []MigrationRun, keys []string) string {
 				dsw = fmt.Sprintf("%+d ms", e.Milliseconds())
 			}
 		}
-		fmt.Fprintf(&sb, "| %d | %s → %s | %s | %s | %s | %s | %s | %s |\n", r.N, r.From, r.To, ms(r.Downtime), ff, sw, strings.Join(ls, " | "), d, dsw)
+		p, dp := "-", "n/a"
+		if r.Pause > 0 {
+			p, dp = ms(r.Pause), fmt.Sprintf("%+d ms", (r.Worst()-r.Pause).Milliseconds())
+			paused = append(paused, r.Worst()-r.Pause)
+		}
+		fmt.Fprintf(&sb, "| %d | %s → %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.N, r.From, r.To, ms(r.Downtime), p, ff, sw, strings.Join(ls, " | "), d, dsw, dp)
 	}
 	stat := func(what string, ds []time.Duration) {
 		if len(ds) == 0 {
@@ -309,6 +335,7 @@ func MigrationTable(runs []MigrationRun, keys []string) string {
 	}
 	stat("migration loss beyond QEMU's downtime (the goal: at most +20 ms)", diffs)
 	stat("migration loss beyond QEMU's downtime and the guest's first frame on the target", switches)
+	stat("migration loss beyond the guest's whole pause (the source's STOP to the target's RESUME)", paused)
 	return sb.String()
 }
 

@@ -130,6 +130,11 @@ func (p *Pod) MigrateTo(target *Pod) (MigrationStatus, error) {
 		return MigrationStatus{}, err
 	}
 	defer q.Close()
+	tq, err := DialQMP(target.qmp, time.Minute)
+	if err != nil {
+		return MigrationStatus{}, err
+	}
+	defer tq.Close()
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
 		if _, err := os.Stat(target.incoming); err == nil {
 			break
@@ -137,7 +142,7 @@ func (p *Pod) MigrateTo(target *Pod) (MigrationStatus, error) {
 			return MigrationStatus{}, fmt.Errorf("migrating %s to %s: the target's QEMU is not waiting: %w", p.Name, target.Name, err)
 		}
 	}
-	return Migrate(q, "unix:"+target.incoming)
+	return Migrate(q, tq, "unix:"+target.incoming)
 }
 
 // WaitVM waits until p's guest has its DHCP lease (and on a dual-stack

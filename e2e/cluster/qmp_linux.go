@@ -16,6 +16,43 @@ import (
 type QMP struct {
 	conn net.Conn
 	r    *bufio.Reader
+	// events are the asynchronous events read so far, oldest first.
+	events []QMPEvent
+}
+
+// QMPEvent is one of QEMU's asynchronous events (STOP, RESUME, ...) and
+// when QEMU says it happened (its host clock: the events of two QEMUs on
+// one machine compare).
+type QMPEvent struct {
+	Name string
+	At   time.Time
+}
+
+// Event is the last event called name read so far.
+func (q *QMP) Event(name string) (QMPEvent, bool) {
+	for i := len(q.events) - 1; i >= 0; i-- {
+		if q.events[i].Name == name {
+			return q.events[i], true
+		}
+	}
+	return QMPEvent{}, false
+}
+
+// WaitEvent reads until an event called name comes, for up to d, and
+// returns it; one read before is returned at once.
+func (q *QMP) WaitEvent(name string, d time.Duration) (QMPEvent, error) {
+	if e, ok := q.Event(name); ok {
+		return e, nil
+	}
+	_ = q.conn.SetDeadline(time.Now().Add(d))
+	for {
+		if _, err := q.read(); err != nil {
+			return QMPEvent{}, fmt.Errorf("waiting for QMP event %s: %w", name, err)
+		}
+		if e, ok := q.Event(name); ok {
+			return e, nil
+		}
+	}
 }
 
 // DialQMP connects to the monitor at the unix socket path, reads its
@@ -80,7 +117,7 @@ func (q *QMP) Execute(command string, args any) (json.RawMessage, error) {
 	}
 }
 
-// read reads one message.
+// read reads one message, and keeps it when it is an event.
 func (q *QMP) read() (map[string]json.RawMessage, error) {
 	line, err := q.r.ReadBytes('\n')
 	if err != nil {
@@ -89,6 +126,18 @@ func (q *QMP) read() (map[string]json.RawMessage, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(line, &m); err != nil {
 		return nil, fmt.Errorf("%q: %w", line, err)
+	}
+	if name, ok := m["event"]; ok {
+		var e struct {
+			Timestamp struct {
+				Seconds      int64 `json:"seconds"`
+				Microseconds int64 `json:"microseconds"`
+			} `json:"timestamp"`
+		}
+		var n string
+		if json.Unmarshal(name, &n) == nil && json.Unmarshal(line, &e) == nil {
+			q.events = append(q.events, QMPEvent{Name: n, At: time.Unix(e.Timestamp.Seconds, e.Timestamp.Microseconds*1000)})
+		}
 	}
 	return m, nil
 }

@@ -211,7 +211,12 @@ func (m *migrator) migrate(n int, pod string, from, to *cluster.RealNode) (r clu
 	}
 	clock := cluster.StartMigrationClock(t, to.NS.Path, m.vm.mac, []netip.Addr{addr, addr6}, clockNodes)
 
-	st, err := cluster.Migrate(qmp, "unix:"+filepath.Join(m.dir, fmt.Sprintf("proxy-%d.sock", n)))
+	tqmp, err := cluster.DialQMP(filepath.Join(m.dir, r.Pod+".qmp"), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tqmp.Close()
+	st, err := cluster.Migrate(qmp, tqmp, "unix:"+filepath.Join(m.dir, fmt.Sprintf("proxy-%d.sock", n)))
 	r.MigrationStatus = st
 	if err != nil {
 		t.Fatalf("migration %d: %v", n, err)
