@@ -36,10 +36,13 @@ type vantage struct {
 // real-node suite does on one subnet. Each vantage pings the VM's IPv4
 // and IPv6 addresses every 10 ms across each migration, and a TCP
 // connection from b1, opened before, finishes its request after it.
-// check, when set, is called after each migration with the node the VM
-// runs on and its pod there. The test fails when a vantage's pings do not come back
-// or a route never moves; it logs each run's QEMU downtime, the switch's
-// times in the kernels and each vantage's loss against the downtime.
+// Until the guest runs on the target, the target routes the VM where it
+// runs (a route with a next hop), not onto its own bridge. check, when
+// set, is called after each migration with the node the VM runs on and
+// its pod there. The test fails when a vantage's pings do not come back
+// or a route never moves; it logs each run's QEMU downtime and the
+// guest's whole pause, the switch's times in the kernels and each
+// vantage's loss against both.
 func crossMigration(t *testing.T, vm string, vantages []vantage, check func(t *testing.T, on *cluster.Node, p *cluster.Pod)) {
 	runs := cluster.MigrationCount(t, 4)
 	a, cn := c.Node("node-a"), c.Node("node-c")
@@ -65,6 +68,11 @@ func crossMigration(t *testing.T, vm string, vantages []vantage, check func(t *t
 			t.Fatalf("migration %d: %s on %s got %s %s %s, want the VM's %s %s %s", i, dst.Name, to.Name, dst.IP, dst.IP6, dst.MAC, addr, addr6, src.MAC)
 		}
 		r := cluster.MigrationRun{N: i, From: from.Name, To: to.Name, Pod: dst.Name, Loss: map[string]time.Duration{}}
+		for _, d := range []netip.Addr{addr, addr6} {
+			if rt := routeTo(t, to.NS, d); rt.Gw == nil {
+				t.Errorf("migration %d: before it, %s routes %s onto a link (%s), where no guest runs yet: its own pods lose the VM", i, to.Name, d, rt)
+			}
+		}
 
 		// Every kernel that routes the VM: each node's, and the
 		// router's in bgp mode. Its route "moved" once it is no longer
