@@ -59,8 +59,12 @@ func vmRoutes(nodes []Node, vms []VM, self string) ([]Route, []Skip) {
 }
 
 // SetVMs replaces the VMs the controller routes (the cluster's VMClaims)
-// and, when they changed, has it reconcile.
+// and, when they changed, has it reconcile. It keeps them sorted by name,
+// as the VMClaims pass gives them.
 func (c *Controller) SetVMs(vms []VM) {
+	if !slices.IsSortedFunc(vms, vmByName) {
+		vms = slices.SortedStableFunc(slices.Values(vms), vmByName)
+	}
 	c.mu.Lock()
 	old := c.vms
 	same := slices.EqualFunc(vms, old, sameVM)
@@ -141,53 +145,32 @@ func (c *Controller) moveVMs(old, vms []VM) bool {
 	return len(skips) == 0 && len(hadSkips) == 0 && n == len(want)+len(del)
 }
 
-// changedVMs is what changed from old to vms: the VMs of vms that are new
-// or changed (now) and, of those, what old had of each (was). ok is false
-// for more than moveFastMax changes, or a VM of old that vms lacks. Lists
-// sorted by name, as the VMClaims pass gives them, are walked side by
-// side; others go through a map of old.
+func vmByName(a, b VM) int { return strings.Compare(a.Name, b.Name) }
+
+// changedVMs is what changed from old to vms, both sorted by name (SetVMs
+// keeps them so), walked side by side: the VMs of vms that are new or
+// changed (now) and, of those, what old had of each (was). ok is false for
+// more than moveFastMax changes, or a VM of old that vms lacks.
 func changedVMs(old, vms []VM) (now, was []VM, ok bool) {
-	byName := func(a, b VM) int { return strings.Compare(a.Name, b.Name) }
-	if slices.IsSortedFunc(old, byName) && slices.IsSortedFunc(vms, byName) {
-		i := 0
-		for _, v := range vms {
-			if i < len(old) && old[i].Name < v.Name {
-				return nil, nil, false // old[i] went
-			}
-			if i < len(old) && old[i].Name == v.Name {
-				o := old[i]
-				i++
-				if sameVM(o, v) {
-					continue
-				}
-				was = append(was, o)
-			}
-			if len(now) == moveFastMax {
-				return nil, nil, false
-			}
-			now = append(now, v)
-		}
-		return now, was, i == len(old)
-	}
-	before := make(map[string]VM, len(old))
-	for _, v := range old {
-		before[v.Name] = v
-	}
+	i := 0
 	for _, v := range vms {
-		o, found := before[v.Name]
-		delete(before, v.Name)
-		if found && sameVM(o, v) {
-			continue
+		if i < len(old) && old[i].Name < v.Name {
+			return nil, nil, false // old[i] went
+		}
+		if i < len(old) && old[i].Name == v.Name {
+			o := old[i]
+			i++
+			if sameVM(o, v) {
+				continue
+			}
+			was = append(was, o)
 		}
 		if len(now) == moveFastMax {
 			return nil, nil, false
 		}
 		now = append(now, v)
-		if found {
-			was = append(was, o)
-		}
 	}
-	return now, was, len(before) == 0
+	return now, was, i == len(old)
 }
 
 func (c *Controller) vmList() []VM {

@@ -175,9 +175,10 @@ func TestPodCIDRsFollowTheNodes(t *testing.T) {
 	}
 }
 
-// TestChangedVMs: for lists sorted by name (walked side by side) and the
-// same lists shuffled (through a map), changedVMs finds the same new and
-// changed VMs, and refuses VMs that went and bursts alike.
+// TestChangedVMs: changedVMs's walk of two lists sorted by name finds the
+// same new and changed VMs as a map of the old list would, and refuses VMs
+// that went and bursts alike; SetVMs sorts what it is given, so a list out
+// of order moves the same routes.
 func TestChangedVMs(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	mk := func(n int) []VM {
@@ -199,6 +200,28 @@ func TestChangedVMs(t *testing.T) {
 		slices.Sort(out)
 		return out
 	}
+	// byMap is the reference: old through a map, vms in any order.
+	byMap := func(old, vms []VM) (now, was []VM, ok bool) {
+		before := make(map[string]VM, len(old))
+		for _, v := range old {
+			before[v.Name] = v
+		}
+		for _, v := range vms {
+			o, found := before[v.Name]
+			delete(before, v.Name)
+			if found && sameVM(o, v) {
+				continue
+			}
+			if len(now) == moveFastMax {
+				return nil, nil, false
+			}
+			now = append(now, v)
+			if found {
+				was = append(was, o)
+			}
+		}
+		return now, was, len(before) == 0
+	}
 	for step := range 500 {
 		n := 1 + rng.IntN(100)
 		old, vms := mk(n), mk(n)
@@ -214,11 +237,10 @@ func TestChangedVMs(t *testing.T) {
 		so, sv := slices.Clone(old), slices.Clone(vms)
 		rng.Shuffle(len(so), func(i, j int) { so[i], so[j] = so[j], so[i] })
 		rng.Shuffle(len(sv), func(i, j int) { sv[i], sv[j] = sv[j], sv[i] })
-		now2, was2, ok2 := changedVMs(so, sv)
+		now2, was2, ok2 := byMap(so, sv)
 		if ok != ok2 || ok && (!slices.Equal(names(now), names(now2)) || !slices.Equal(names(was), names(was2))) {
-			t.Fatalf("step %d: sorted %v %v %v, shuffled %v %v %v", step, names(now), names(was), ok, names(now2), names(was2), ok2)
+			t.Fatalf("step %d: the walk %v %v %v, the map %v %v %v", step, names(now), names(was), ok, names(now2), names(was2), ok2)
 		}
-		// What the map path says, the reference: no VM of old missing.
 		gone := false
 		for _, o := range old {
 			gone = gone || !slices.ContainsFunc(vms, func(v VM) bool { return v.Name == o.Name })
@@ -226,5 +248,16 @@ func TestChangedVMs(t *testing.T) {
 		if gone && ok {
 			t.Fatalf("step %d: VMs went and changedVMs said ok", step)
 		}
+	}
+
+	// SetVMs given a list out of order keeps it sorted: the next change
+	// is found by the walk.
+	c := NewController(fake.NewClientset(), ownedFake{newFakeTable()}, nil, nil, nil, NewMetrics(nil), slog.New(slog.DiscardHandler), Options{NodeName: "a"})
+	vms := mk(20)
+	shuffled := slices.Clone(vms)
+	rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+	c.SetVMs(shuffled)
+	if got := c.vmList(); !slices.IsSortedFunc(got, vmByName) || !slices.Equal(names(got), names(vms)) {
+		t.Errorf("SetVMs of a shuffled list kept %v, want %v sorted", names(got), names(vms))
 	}
 }

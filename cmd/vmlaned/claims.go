@@ -179,11 +179,16 @@ func planClaims(want map[string]claimStatus, have []claim, node string, nodeUp f
 
 // findClaim is vm's claim in have, sorted by VM (as list returns it).
 func findClaim(have []claim, vm string) (claim, bool) {
-	i, ok := slices.BinarySearchFunc(have, vm, func(c claim, vm string) int { return strings.Compare(c.VM, vm) })
+	i, ok := claimAt(have, vm)
 	if !ok {
 		return claim{}, false
 	}
 	return have[i], true
+}
+
+// claimAt is where vm's claim is in cs, sorted by VM, or would go.
+func claimAt(cs []claim, vm string) (int, bool) {
+	return slices.BinarySearchFunc(cs, vm, func(c claim, vm string) int { return strings.Compare(c.VM, vm) })
 }
 
 // migrating reports whether a VM attached here (want) has a claim that

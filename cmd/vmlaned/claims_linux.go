@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -67,16 +68,15 @@ type claimsSync struct {
 	// changes is the keys of the claims the informer saw change since
 	// list last took them (nil without an informer's handler: tests).
 	// parsed is each VMClaim object of the cache as a full list last read
-	// it, listed what list last returned, and listChanged whether that
-	// list found any claim new, changed or gone. stale is the VMs whose
-	// claims the lists since the last apply found changed, staleAll that
-	// one of them could not say which: apply checks those again.
-	changes     *claimChanges
-	parsed      map[*unstructured.Unstructured]claim
-	listed      []claim
-	listChanged bool
-	stale       map[string]bool
-	staleAll    bool
+	// it, and listed what list last returned. stale is the VMs whose
+	// claims the lists since the last apply found new, changed or gone,
+	// staleAll that one of them could not say which: apply checks those
+	// again.
+	changes  *claimChanges
+	parsed   map[*unstructured.Unstructured]claim
+	listed   []claim
+	stale    map[string]bool
+	staleAll bool
 	// applied is apply's last result and the pod network it was checked
 	// against: a pass that finds the claims and the network as they were
 	// uses it again.
@@ -721,12 +721,8 @@ func (c *claimChanges) note(obj any) {
 func (c *claimChanges) take() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	keys := make([]string, 0, len(c.keys))
-	for k := range c.keys {
-		keys = append(keys, k)
-	}
+	keys := slices.Sorted(maps.Keys(c.keys))
 	c.keys = nil
-	slices.Sort(keys)
 	return keys
 }
 
@@ -756,13 +752,12 @@ func (s *claimsSync) list() []claim {
 		s.listed = nil
 		return s.listAll()
 	}
-	s.listChanged = len(keys) > 0
 	for _, key := range keys {
 		if s.stale == nil {
 			s.stale = map[string]bool{}
 		}
 		s.stale[key] = true
-		i, found := slices.BinarySearchFunc(s.listed, key, func(c claim, vm string) int { return strings.Compare(c.VM, vm) })
+		i, found := claimAt(s.listed, key)
 		obj, exists, err := s.claims.GetByKey(key)
 		u, ok := obj.(*unstructured.Unstructured)
 		switch {
@@ -794,7 +789,6 @@ func (s *claimsSync) listAll() []claim {
 		u, _ := o.(*unstructured.Unstructured)
 		_, same = s.parsed[u]
 	}
-	s.listChanged = !same
 	if same {
 		return s.listed
 	}

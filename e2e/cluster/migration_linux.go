@@ -18,6 +18,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/vmlane/vmlane/internal/testing/netnstest"
 )
 
 // What the suites' live-migration tests share: running one migration over
@@ -340,6 +342,40 @@ func MigrationTable(runs []MigrationRun, keys []string) string {
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%d ms", d.Milliseconds()) }
+
+// Pinged records what a vantage's busybox ping output across the
+// migration, count pings, lost at the longest (Loss[vantage]), and says
+// whether the pings came back: an error names what was wrong when fewer
+// than nine in ten were sent, 300 in a row (3 s) went unanswered, or
+// none of the last ones (AnsweredAtEnd) was answered. A blackhole loses
+// every ping until the claim moves, a route left with the paused source
+// or a neighbour entry no one answers for every one after it: 3 s is far
+// above the goal and far below either.
+func (r *MigrationRun) Pinged(vantage, out string, count int) error {
+	sent, recv, gap := PingLoss(out, count)
+	r.Loss[vantage] = time.Duration(gap) * MigrationPingInterval
+	if sent < count*9/10 || gap > 300 || !AnsweredAtEnd(out, sent) {
+		return fmt.Errorf("ping from %s across it: %d sent, %d answered, the longest gap %d: want the pings to go on\n%s\naround the gap:\n%s",
+			vantage, sent, recv, gap, LastLines(out, 5), AroundGap(out, sent))
+	}
+	return nil
+}
+
+// RouteTo is the kernel's route to addr in ns (RouteGet's first), zero
+// when there is none.
+func RouteTo(tb testing.TB, ns *netnstest.NS, addr netip.Addr) netlink.Route {
+	tb.Helper()
+	var rs []netlink.Route
+	err := ns.Do(func() (err error) {
+		rs, err = netlink.RouteGet(addr.AsSlice())
+		return err
+	})
+	if err != nil || len(rs) == 0 {
+		tb.Logf("%s: route to %s: %v", ns.Name, addr, err)
+		return netlink.Route{}
+	}
+	return rs[0]
+}
 
 // MigrationPingInterval is how often a vantage pings across a migration.
 const MigrationPingInterval = 10 * time.Millisecond

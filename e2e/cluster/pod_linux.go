@@ -40,10 +40,6 @@ type Pod struct {
 	// for a pod of no VM.
 	VMName string
 
-	// qmp and incoming are the guest's QMP monitor and, on a migration's
-	// target, the socket its QEMU waits on for the stream (VMPod pods).
-	qmp, incoming string
-
 	list    *libcni.NetworkConfigList
 	rt      *libcni.RuntimeConf
 	deleted bool
@@ -102,9 +98,9 @@ func (n *Node) AddVMPodOf(tb testing.TB, name string, o VMPod) *Pod {
 			tb.Fatal(err)
 		}
 		tb.Cleanup(func() { os.RemoveAll(dir) })
-		p.qmp, cfg.QMP = filepath.Join(dir, "qmp"), filepath.Join(dir, "qmp")
+		cfg.QMP = filepath.Join(dir, "qmp")
 		if o.From != nil {
-			p.incoming, cfg.Incoming = filepath.Join(dir, "in"), filepath.Join(dir, "in")
+			cfg.Incoming = filepath.Join(dir, "in")
 		}
 	}
 	vm, err := n.c.guest.Start(context.Background(), cfg)
@@ -122,27 +118,28 @@ func (n *Node) AddVMPodOf(tb testing.TB, name string, o VMPod) *Pod {
 // this machine. p's QEMU stays, paused, until p is deleted, as KubeVirt
 // deletes a migration's source pod after it.
 func (p *Pod) MigrateTo(target *Pod) (MigrationStatus, error) {
-	if p.qmp == "" || target.incoming == "" {
+	if p.VM == nil || target.VM == nil || p.VM.Config().QMP == "" || target.VM.Config().Incoming == "" {
 		return MigrationStatus{}, fmt.Errorf("migrating %s to %s: want a pod of a VM (VMPod.VM) and a target made From it", p.Name, target.Name)
 	}
-	q, err := DialQMP(p.qmp, time.Minute)
+	incoming := target.VM.Config().Incoming
+	q, err := DialQMP(p.VM.Config().QMP, time.Minute)
 	if err != nil {
 		return MigrationStatus{}, err
 	}
 	defer q.Close()
-	tq, err := DialQMP(target.qmp, time.Minute)
+	tq, err := DialQMP(target.VM.Config().QMP, time.Minute)
 	if err != nil {
 		return MigrationStatus{}, err
 	}
 	defer tq.Close()
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
-		if _, err := os.Stat(target.incoming); err == nil {
+		if _, err := os.Stat(incoming); err == nil {
 			break
 		} else if time.Now().After(deadline) {
 			return MigrationStatus{}, fmt.Errorf("migrating %s to %s: the target's QEMU is not waiting: %w", p.Name, target.Name, err)
 		}
 	}
-	return Migrate(q, tq, "unix:"+target.incoming)
+	return Migrate(q, tq, "unix:"+incoming)
 }
 
 // WaitVM waits until p's guest has its DHCP lease (and on a dual-stack

@@ -128,15 +128,13 @@ func (q *QMP) read() (map[string]json.RawMessage, error) {
 		return nil, fmt.Errorf("%q: %w", line, err)
 	}
 	if name, ok := m["event"]; ok {
-		var e struct {
-			Timestamp struct {
-				Seconds      int64 `json:"seconds"`
-				Microseconds int64 `json:"microseconds"`
-			} `json:"timestamp"`
-		}
 		var n string
-		if json.Unmarshal(name, &n) == nil && json.Unmarshal(line, &e) == nil {
-			q.events = append(q.events, QMPEvent{Name: n, At: time.Unix(e.Timestamp.Seconds, e.Timestamp.Microseconds*1000)})
+		var at struct {
+			Seconds      int64 `json:"seconds"`
+			Microseconds int64 `json:"microseconds"`
+		}
+		if json.Unmarshal(name, &n) == nil && json.Unmarshal(m["timestamp"], &at) == nil {
+			q.events = append(q.events, QMPEvent{Name: n, At: time.Unix(at.Seconds, at.Microseconds*1000)})
 		}
 	}
 	return m, nil

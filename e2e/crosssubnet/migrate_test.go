@@ -57,7 +57,7 @@ func crossMigration(t *testing.T, vm string, vantages []vantage, check func(t *t
 	addr, addr6 := src.IP, src.IP6
 	var keys []string
 	for _, v := range vantages {
-		keys = append(keys, v.name+" v4", v.name+" v6")
+		keys = append(keys, v.name+" "+cluster.Family(addr), v.name+" "+cluster.Family(addr6))
 	}
 
 	var results []cluster.MigrationRun
@@ -69,7 +69,7 @@ func crossMigration(t *testing.T, vm string, vantages []vantage, check func(t *t
 		}
 		r := cluster.MigrationRun{N: i, From: from.Name, To: to.Name, Pod: dst.Name, Loss: map[string]time.Duration{}}
 		for _, d := range []netip.Addr{addr, addr6} {
-			if rt := routeTo(t, to.NS, d); rt.Gw == nil {
+			if rt := cluster.RouteTo(t, to.NS, d); rt.Gw == nil {
 				t.Errorf("migration %d: before it, %s routes %s onto a link (%s), where no guest runs yet: its own pods lose the VM", i, to.Name, d, rt)
 			}
 		}
@@ -90,7 +90,7 @@ func crossMigration(t *testing.T, vm string, vantages []vantage, check func(t *t
 		}
 		var clockNodes []cluster.ClockNode
 		for _, k := range kernels {
-			before := map[netip.Addr]netlink.Route{addr: routeTo(t, k.ns, addr), addr6: routeTo(t, k.ns, addr6)}
+			before := map[netip.Addr]netlink.Route{addr: cluster.RouteTo(t, k.ns, addr), addr6: cluster.RouteTo(t, k.ns, addr6)}
 			clockNodes = append(clockNodes, cluster.ClockNode{Name: k.name, NS: k.ns.Path, Moved: func(a netip.Addr, r netlink.Route) bool {
 				return r.LinkIndex != 0 && !sameRoute(r, before[a])
 			}})
@@ -100,10 +100,7 @@ func crossMigration(t *testing.T, vm string, vantages []vantage, check func(t *t
 		outs := map[string]chan string{}
 		for _, v := range vantages {
 			for _, d := range []netip.Addr{addr, addr6} {
-				name := v.name + " v4"
-				if d.Is6() {
-					name = v.name + " v6"
-				}
+				name := v.name + " " + cluster.Family(d)
 				out := make(chan string, 1)
 				outs[name] = out
 				go func() {
@@ -122,7 +119,7 @@ func crossMigration(t *testing.T, vm string, vantages []vantage, check func(t *t
 		for j, k := range kernels {
 			for _, d := range []netip.Addr{addr, addr6} {
 				cluster.WaitFor(t, 30*time.Second, fmt.Sprintf("migration %d: %s routes %s the new way", i, k.name, d), func() (bool, string) {
-					rt := routeTo(t, k.ns, d)
+					rt := cluster.RouteTo(t, k.ns, d)
 					return clockNodes[j].Moved(d, rt), rt.String()
 				})
 			}
@@ -140,13 +137,9 @@ func crossMigration(t *testing.T, vm string, vantages []vantage, check func(t *t
 		r.Clocked(clock)
 		ok := true
 		for _, k := range keys {
-			out := <-outs[k]
-			sent, recv, gap := cluster.PingLoss(out, migrationPings)
-			r.Loss[k] = time.Duration(gap) * cluster.MigrationPingInterval
-			if sent < migrationPings*9/10 || gap > 300 || !cluster.AnsweredAtEnd(out, sent) {
+			if err := r.Pinged(k, <-outs[k], migrationPings); err != nil {
 				ok = false
-				t.Errorf("migration %d: ping from %s across it: %d sent, %d answered, the longest gap %d: want the pings to go on\n%s\naround the gap:\n%s",
-					i, k, sent, recv, gap, cluster.LastLines(out, 5), cluster.AroundGap(out, sent))
+				t.Errorf("migration %d: %v", i, err)
 			}
 		}
 		results = append(results, r)
@@ -159,20 +152,6 @@ func crossMigration(t *testing.T, vm string, vantages []vantage, check func(t *t
 	}
 	t.Logf("live migrations of VM default/%s across the router, --cross-subnet=%s (make e2e-cross RUN=%s):\n%s",
 		vm, mode, t.Name(), cluster.MigrationTable(results, keys))
-}
-
-// routeTo is ns's route to addr (RouteGet's first), zero if none.
-func routeTo(t *testing.T, ns *netnstest.NS, addr netip.Addr) netlink.Route {
-	var rs []netlink.Route
-	err := ns.Do(func() (err error) {
-		rs, err = netlink.RouteGet(addr.AsSlice())
-		return err
-	})
-	if err != nil || len(rs) == 0 {
-		t.Logf("%s: route to %s: %v", ns.Name, addr, err)
-		return netlink.Route{}
-	}
-	return rs[0]
 }
 
 // sameRoute reports whether a and b leave by the same link to the same

@@ -180,11 +180,7 @@ func (m *migrator) migrate(n int, pod string, from, to *cluster.RealNode) (r clu
 	var vs []vantage
 	for _, nd := range []string{"node-a", "node-b", "node-c"} {
 		for _, d := range []netip.Addr{addr, addr6} {
-			fam := "v4"
-			if d.Is6() {
-				fam = "v6"
-			}
-			v := vantage{nd + " " + fam, m.clients[nd], d, make(chan string, 1)}
+			v := vantage{nd + " " + cluster.Family(d), m.clients[nd], d, make(chan string, 1)}
 			vs = append(vs, v)
 			go func() {
 				out, _ := c.Exec(v.pod, cluster.PingArgs(v.dst, migrationPings)...)
@@ -259,20 +255,13 @@ func (m *migrator) migrate(n int, pod string, from, to *cluster.RealNode) (r clu
 	ok = true
 	for _, v := range vs {
 		out := <-v.out
-		sent, recv, gap := cluster.PingLoss(out, migrationPings)
-		r.Loss[v.name] = time.Duration(gap) * cluster.MigrationPingInterval
-		if gap > 50 {
-			t.Logf("migration %d: %s: the longest gap began at seq %d; around it:\n%s", n, v.name, cluster.GapStart(out, sent), cluster.AroundGap(out, sent))
+		err := r.Pinged(v.name, out, migrationPings)
+		if r.Loss[v.name] > 50*cluster.MigrationPingInterval {
+			t.Logf("migration %d: %s: the longest gap began at seq %d", n, v.name, cluster.GapStart(out, migrationPings))
 		}
-		// Without the switch on the guest's announcement the routes stay
-		// with the paused source and every ping after the migration is
-		// lost; a blackhole loses every ping until the claim moves, a
-		// neighbour entry no one answers for until the run's end. 3 s of
-		// pings in a row is far above the goal and far below either.
-		if sent < migrationPings*9/10 || gap > 300 || !cluster.AnsweredAtEnd(out, sent) {
+		if err != nil {
 			ok = false
-			t.Errorf("migration %d: ping from %s to %s across it: %d sent, %d answered, the longest gap %d: want the pings to go on\n%s",
-				n, v.name, v.dst, sent, recv, gap, cluster.LastLines(out, 5))
+			t.Errorf("migration %d: %v (to %s)", n, err, v.dst)
 			for _, nd := range []*cluster.RealNode{from, to} {
 				for _, cmd := range [][]string{{"ip", "neigh", "show", "dev", "vmlane0"}, {"ip", "-6", "neigh", "show", "dev", "vmlane0"}, {"ip", "route", "get", v.dst.String()}, {"bridge", "fdb", "show", "br", "vmlane0"}} {
 					o, _ := nd.Run("", cmd...)
@@ -304,17 +293,12 @@ func (m *migrator) migrate(n int, pod string, from, to *cluster.RealNode) (r clu
 // routeVia is where n routes addr: the gateway, or "dev NAME" for a route
 // on a link.
 func routeVia(t *testing.T, n *cluster.RealNode, addr netip.Addr) string {
-	var rs []netlink.Route
-	err := n.NS.Do(func() (err error) {
-		rs, err = netlink.RouteGet(addr.AsSlice())
-		return err
-	})
-	if err != nil || len(rs) == 0 {
-		t.Logf("%s: route to %s: %v", n.Name, addr, err)
+	r := cluster.RouteTo(t, n.NS, addr)
+	switch {
+	case r.Gw != nil:
+		return r.Gw.String()
+	case r.LinkIndex == 0:
 		return ""
 	}
-	if rs[0].Gw != nil {
-		return rs[0].Gw.String()
-	}
-	return fmt.Sprintf("dev %d", rs[0].LinkIndex)
+	return fmt.Sprintf("dev %d", r.LinkIndex)
 }

@@ -15,26 +15,35 @@ import (
 	"github.com/vmlane/vmlane/internal/testing/privtest"
 )
 
-// TestHostRoutes: RouteHost adds a scope-link route of protocol 78 onto the
-// bridge, HostRoutes lists exactly those (not another protocol's, not
-// another link's), UnrouteHost removes one and is quiet about one that is
-// gone, and a bridge that does not exist has none.
-func TestHostRoutes(t *testing.T) {
-	privtest.Require(t, "ip")
-	n := netnstest.New(t, "br")
+// bridgeNS is a namespace with the bridge vmlane0 (Ensure), which it
+// deletes when tb ends.
+func bridgeNS(tb testing.TB) *netnstest.NS {
+	tb.Helper()
+	privtest.Require(tb, "ip")
+	n := netnstest.New(tb, "br")
 	err := n.Do(func() error {
 		_, err := Ensure("vmlane0", netip.MustParsePrefix("10.244.1.1/24"), 1500, "02:76:00:00:00:01")
 		return err
 	})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
+	return n
+}
+
+// TestHostRoutes: RouteHost adds a scope-link route of protocol 78 onto the
+// bridge, HostRoutes lists exactly those (not another protocol's, not
+// another link's), UnrouteHost removes one and is quiet about one that is
+// gone, and a bridge that does not exist has none.
+func TestHostRoutes(t *testing.T) {
+	n := bridgeNS(t)
 	n.MustRun(t, "ip", "link", "add", "other0", "type", "bridge")
 	n.MustRun(t, "ip", "link", "set", "other0", "up")
 	n.MustRun(t, "ip", "route", "add", "10.244.0.9/32", "dev", "vmlane0", "proto", "77")
 	n.MustRun(t, "ip", "route", "add", "10.244.0.8/32", "dev", "other0", "proto", "78")
 	v4, v6 := netip.MustParsePrefix("10.244.0.5/32"), netip.MustParsePrefix("fd00:10:244::5/128")
 	var got []netip.Prefix
+	var err error
 	err = n.Do(func() error {
 		for _, p := range []netip.Prefix{v4, v6} {
 			if err := RouteHost("vmlane0", p); err != nil {
@@ -87,15 +96,7 @@ func TestHostRoutes(t *testing.T) {
 // list filtered here (every route sent, parsed and dropped), as before, in
 // the same run.
 func BenchmarkHostRoutes(b *testing.B) {
-	privtest.Require(b, "ip")
-	n := netnstest.New(b, "br")
-	err := n.Do(func() error {
-		_, err := Ensure("vmlane0", netip.MustParsePrefix("10.244.1.1/24"), 1500, "02:76:00:00:00:01")
-		return err
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
+	n := bridgeNS(b)
 	n.MustRun(b, "ip", "link", "add", "eth9", "type", "bridge")
 	n.MustRun(b, "ip", "link", "set", "eth9", "up")
 	n.MustRun(b, "ip", "addr", "add", "192.168.0.2/16", "dev", "eth9")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -163,12 +164,7 @@ func (r *Responder) Sync(guests []Guest, onBridge []netip.Addr) error {
 func (r *Responder) Ports() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]string, 0, len(r.ports))
-	for name := range r.ports {
-		out = append(out, name)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(r.ports))
 }
 
 // Close stops watching every port.
