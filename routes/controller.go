@@ -88,6 +88,11 @@ type Controller struct {
 	podCIDRs    []netip.Prefix
 	podCIDRsGen uint64
 
+	// announcePods and ownPodCIDRs are the last reconcile's
+	// (Desired.announcePods, Desired.own), for a move's announcement;
+	// the loop's lock guards them.
+	announcePods, ownPodCIDRs []netip.Prefix
+
 	lastOK atomic.Int64 // unix nanos of the last successful reconcile
 
 	ready     chan struct{} // closed by the first reconcile
@@ -275,6 +280,7 @@ func (c *Controller) desired() Desired {
 	d := Compute(c.nodes(), Policy{Self: c.opts.NodeName, VMNodesOnly: c.opts.VMNodesOnly, Services: c.opts.Services, RouteServices: c.opts.RouteServices, VMs: c.vmList(),
 		Tunnel: c.opts.Tunnel != nil, Announce: c.opts.Announcer != nil})
 	if c.opts.Announcer != nil {
+		c.announcePods, c.ownPodCIDRs = d.announcePods, d.own
 		c.opts.Announcer.Announce(d.Announce)
 	}
 	for _, s := range d.Skips {

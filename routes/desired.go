@@ -131,6 +131,10 @@ type Desired struct {
 	// announced), and the /32 and /128 of the VMs that live here away
 	// from their addresses' home subnets. Sorted.
 	Announce []netip.Prefix
+	// announcePods is the pod subnets of Announce, and own all of this
+	// node's: what a VM's move, which changes only the VMs' part, keeps
+	// (announceSet).
+	announcePods, own []netip.Prefix
 }
 
 // WithNAT returns d with its NAT rules: for each family of this node's pod
@@ -254,7 +258,8 @@ func Compute(nodes []Node, p Policy) Desired {
 	}
 	if p.Announce {
 		var skips []Skip
-		d.Announce, skips = announced(nodes, p.VMs, p.Self, overlap)
+		d.announcePods, d.own, skips = announcedPods(nodes, p.Self, overlap)
+		d.Announce = announceSet(d.announcePods, d.own, p.VMs, p.Self)
 		d.Skips = append(d.Skips, skips...)
 	}
 	slices.SortFunc(d.Routes, func(a, b Route) int { return comparePrefix(a.Dst, b.Dst) })
@@ -270,12 +275,9 @@ func Compute(nodes []Node, p Policy) Desired {
 	return d
 }
 
-// announced is what node self announces (Desired.Announce), and the pod
-// subnets of its that it does not, with the reason.
-func announced(nodes []Node, vms []VM, self string, overlap func(string, netip.Prefix) string) ([]netip.Prefix, []Skip) {
-	var out []netip.Prefix
-	var skips []Skip
-	var own []netip.Prefix
+// announcedPods is the pod subnets node self announces, all of its own,
+// and those it does not announce, with the reason.
+func announcedPods(nodes []Node, self string, overlap func(string, netip.Prefix) string) (pods, own []netip.Prefix, skips []Skip) {
 	for _, n := range nodes {
 		if n.Name != self {
 			continue
@@ -286,9 +288,17 @@ func announced(nodes []Node, vms []VM, self string, overlap func(string, netip.P
 				skips = append(skips, Skip{Node: self, Dst: c, Reason: "not announced to BGP peers: " + why})
 				continue
 			}
-			out = append(out, c.Masked())
+			pods = append(pods, c.Masked())
 		}
 	}
+	return pods, own, skips
+}
+
+// announceSet is what node self announces (Desired.Announce): pods, and
+// the /32 and /128 of the VMs of vms that live on self outside own, its
+// pod subnets.
+func announceSet(pods, own []netip.Prefix, vms []VM, self string) []netip.Prefix {
+	out := slices.Clone(pods)
 	for _, vm := range vms {
 		if vm.Node != self {
 			continue
@@ -300,7 +310,7 @@ func announced(nodes []Node, vms []VM, self string, overlap func(string, netip.P
 		}
 	}
 	slices.SortFunc(out, comparePrefix)
-	return slices.Compact(out), skips
+	return slices.Compact(out)
 }
 
 // setTunnelVias fills each route's TunnelVia from its node's pod subnets.

@@ -102,6 +102,15 @@ func familyIndex(p netip.Prefix) int {
 	return 1
 }
 
+// Between runs fn while no reconcile runs: what fn changes beside the
+// routes (an announcement) is then never overtaken by a reconcile that
+// read the state before it.
+func (l *Loop) Between(fn func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	fn()
+}
+
 // Trigger asks for a reconcile soon. It never blocks.
 func (l *Loop) Trigger() {
 	select {

@@ -95,22 +95,27 @@ const moveFastMax = 64
 // the change; if not, the caller triggers the reconcile. Left to the
 // reconcile: a VM that went, a VM on (or from) a node not in the cache, a
 // route through the tunnel or the fabric (the kernel refuses its next
-// hop) or held by another owner, a burst of changes, a node that
-// announces VMs to BGP peers (the reconcile announces), and everything
+// hop) or held by another owner, a burst of changes, and everything
 // before the first reconcile. The resync tick and the kernel's
-// route-deletion watch check the routes as before.
+// route-deletion watch check the routes as before. A node that announces
+// to BGP peers announces the change at once too: its pod subnets as the
+// last reconcile had them, and its VMs as they are now.
 func (c *Controller) moveVMs(old, vms []VM) bool {
 	select {
 	case <-c.ready:
 	default:
 		return false // the early phase or the first reconcile has the table
 	}
-	if c.opts.Announcer != nil {
-		return false
-	}
 	now, was, ok := changedVMs(old, vms)
 	if !ok {
 		return false // a burst, or VMs that went
+	}
+	if c.opts.Announcer != nil {
+		c.loop.Between(func() {
+			// The VMs as they are when no reconcile runs: a reconcile
+			// after this one announces these or newer.
+			c.opts.Announcer.Announce(announceSet(c.announcePods, c.ownPodCIDRs, c.vmList(), c.opts.NodeName))
+		})
 	}
 	var nodes []Node
 	seen := map[string]bool{}
