@@ -47,7 +47,8 @@ type Options struct {
 	CrossSubnet string
 	Tunnel      Tunnel
 	// Announcer, with CrossSubnetBGP, is told what the node announces
-	// (Desired.Announce) at every reconcile.
+	// (Desired.Announce) at every reconcile, and at a move of VMs of this
+	// node's that SetVMs handles without one.
 	Announcer Announcer
 }
 

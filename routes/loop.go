@@ -46,7 +46,7 @@ type Loop struct {
 
 	trigger chan struct{}
 	applied [2][]Chain // per family (familyIndex), the chains last applied without error
-	// mu keeps a reconcile and an Apply from running at once.
+	// mu keeps a reconcile, an Apply and a Between from running at once.
 	mu sync.Mutex
 }
 

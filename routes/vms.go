@@ -98,8 +98,9 @@ const moveFastMax = 64
 // hop) or held by another owner, a burst of changes, and everything
 // before the first reconcile. The resync tick and the kernel's
 // route-deletion watch check the routes as before. A node that announces
-// to BGP peers announces the change at once too: its pod subnets as the
-// last reconcile had them, and its VMs as they are now.
+// to BGP peers announces a change of its own VMs (one that came or went)
+// at once too: its pod subnets as the last reconcile had them, and its
+// VMs as they are now.
 func (c *Controller) moveVMs(old, vms []VM) bool {
 	select {
 	case <-c.ready:
@@ -110,7 +111,7 @@ func (c *Controller) moveVMs(old, vms []VM) bool {
 	if !ok {
 		return false // a burst, or VMs that went
 	}
-	if c.opts.Announcer != nil {
+	if c.opts.Announcer != nil && slices.ContainsFunc(slices.Concat(now, was), func(v VM) bool { return v.Node == c.opts.NodeName }) {
 		c.loop.Between(func() {
 			// The VMs as they are when no reconcile runs: a reconcile
 			// after this one announces these or newer.

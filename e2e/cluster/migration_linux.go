@@ -64,11 +64,14 @@ type MigrationStatus struct {
 //
 // Both QEMUs run with the return path on, as libvirt (and so KubeVirt)
 // runs every migration it does not tunnel: the source then completes
-// only when the target has said it is done, after it resumed the guest,
-// and QEMU's downtime is the guest's whole pause as the source saw it.
-// Without it, the source completes when it has written the last of the
-// state, and the downtime leaves out the target's reading of it (30–80 ms
-// here).
+// only when the target has said it is done, once it has loaded the state.
+// A target started without -S, as the tests start it, says so after it
+// resumed the guest, and QEMU's downtime is then the guest's whole pause
+// as the source saw it. (libvirt starts its target paused and resumes it
+// after the source completed: there the guest's pause is QEMU's downtime
+// and libvirt's finishing step.) Without the return path, the source
+// completes when it has written the last of the state, and the downtime
+// leaves out the target's reading of it (30–80 ms here).
 func Migrate(q, target *QMP, uri string) (MigrationStatus, error) {
 	var st MigrationStatus
 	returnPath := map[string]any{"capabilities": []map[string]any{{"capability": "return-path", "state": true}}}
@@ -255,7 +258,8 @@ type MigrationRun struct {
 	Pod string
 	MigrationStatus
 	// FirstFrame is when the target's bridge first heard the guest, after
-	// QEMU's end was seen (negative: before); SwitchAfter the slowest
+	// the target QEMU resumed it (after QEMU's end was seen when the
+	// target was not watched; negative: before); SwitchAfter the slowest
 	// kernel's new route after that frame, and Routed each kernel's, by
 	// "NODE v4" and "NODE v6"; Heard false when the bridge never reported
 	// the guest.
@@ -272,10 +276,21 @@ type MigrationRun struct {
 func (r *MigrationRun) Clocked(clock *MigrationClock) {
 	if first, routed, ok := clock.Stop(); ok {
 		r.Heard, r.FirstFrame, r.Routed = true, first.Sub(r.Ended), routed
+		if !r.Resumed.IsZero() {
+			r.FirstFrame = first.Sub(r.Resumed)
+		}
 		for _, d := range routed {
 			r.SwitchAfter = max(r.SwitchAfter, d)
 		}
 	}
+}
+
+// frameAfter names what FirstFrame counts from.
+func (r MigrationRun) frameAfter() string {
+	if r.Resumed.IsZero() {
+		return "QEMU's end"
+	}
+	return "the guest's RESUME"
 }
 
 // Worst is the longest loss of any vantage.
@@ -298,7 +313,7 @@ func (r MigrationRun) String() string {
 		for _, k := range slices.Sorted(maps.Keys(r.Routed)) {
 			rs = append(rs, fmt.Sprintf("%s %v", k, r.Routed[k].Round(time.Millisecond)))
 		}
-		sw = fmt.Sprintf("first frame %v after QEMU's end, then the routes: %s", r.FirstFrame.Round(time.Millisecond), strings.Join(rs, ", "))
+		sw = fmt.Sprintf("first frame %v after %s, then the routes: %s", r.FirstFrame.Round(time.Millisecond), r.frameAfter(), strings.Join(rs, ", "))
 	}
 	pause := ""
 	if r.Pause > 0 {
@@ -314,13 +329,16 @@ func (r MigrationRun) String() string {
 // none is left out), and beyond the guest's whole pause.
 func MigrationTable(runs []MigrationRun, keys []string) string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "| run | from → to | QEMU downtime | guest's pause (STOP → RESUME) | first frame after QEMU's end | slowest route after it | loss %s | worst beyond downtime | worst beyond the pause |\n", strings.Join(keys, " | loss "))
+	fmt.Fprintf(&sb, "| run | from → to | QEMU downtime | guest's pause (STOP → RESUME) | first frame after the guest's RESUME | slowest route after it | loss %s | worst beyond downtime | worst beyond the pause |\n", strings.Join(keys, " | loss "))
 	fmt.Fprintf(&sb, "|%s\n", strings.Repeat(" --- |", 8+len(keys)))
 	var diffs, paused []time.Duration
 	for _, r := range runs {
 		ff, sw := "never heard", "-"
 		if r.Heard {
 			ff, sw = ms(r.FirstFrame), ms(r.SwitchAfter)
+			if r.Resumed.IsZero() {
+				ff += " (after QEMU's end)"
+			}
 		}
 		var ls []string
 		for _, k := range keys {
