@@ -23,7 +23,9 @@
 // the socket: UDP 0.0.0.0:67 bound to the bridge with SO_BINDTODEVICE,
 // a per-MAC token bucket ([RateLimit], [RateBurst]), and replies addressed
 // per RFC 2131 §4.1 (relay, NAK broadcast, unicast to ciaddr, else
-// broadcast). On macOS vmnet's bootpd serves VMs and Serve returns an error.
+// broadcast). A packet socket on the bridge reads the renewals a guest
+// that moved here sends to its home node's server, and only an ACK
+// answers them (elsewhere_linux.go). On macOS vmnet's bootpd serves VMs and Serve returns an error.
 //
 // # Messages
 //
@@ -33,7 +35,7 @@
 //     another server, else ACK if the requested address is the MAC's, NAK
 //     otherwise), INIT-REBOOT (ACK/NAK, silence for a MAC without a lease,
 //     RFC 2131 §4.3.2), RENEWING/REBINDING (ACK if ciaddr is the MAC's,
-//     else NAK).
+//     else NAK; sent to another server's address, ACK or silence).
 //   - RELEASE: a dynamic lease is freed; a CNI reservation goes back to
 //     reserved (it is the pod's until CNI DEL).
 //   - DECLINE: the address is quarantined ([DefaultQuarantine]); a dynamic

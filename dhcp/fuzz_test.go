@@ -109,3 +109,19 @@ func FuzzParseUDP6(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseUDP4 checks that the packet parser of renewals for other
+// servers never panics on what a packet socket hands it, and that what it
+// returns lies inside the packet's UDP datagram.
+func FuzzParseUDP4(f *testing.F) {
+	b := make([]byte, 40)
+	b[0], b[3], b[9], b[25] = 0x45, 40, 17, 20
+	f.Add(b)
+	f.Add(b[:27])
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, _, p, ok := parseUDP4(b)
+		if ok && (len(b) < 28 || len(p) > len(b)-28) {
+			t.Fatalf("payload of %d bytes from a packet of %d", len(p), len(b))
+		}
+	})
+}

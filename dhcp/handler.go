@@ -425,6 +425,19 @@ func leaseEnd(now time.Time, d time.Duration) time.Time {
 
 // portOf returns the bridge port the lease of mac is checked on, where the
 // server sends its replies to mac: "" when it has none.
+// renewsHere reports whether req, a request sent to another server's
+// address, renews a lease of this server's: a REQUEST whose ciaddr is
+// the MAC's address here (a VM that moved here renewing with its home's
+// server).
+func (h *Handler) renewsHere(req *dhcpv4.DHCPv4) bool {
+	ci := addrOf(req.ClientIPAddr)
+	if req.MessageType() != dhcpv4.MessageTypeRequest || !ci.IsValid() {
+		return false
+	}
+	l, ok, err := h.alloc.Lookup(req.ClientHWAddr)
+	return err == nil && ok && l.IP == ci
+}
+
 func (h *Handler) portOf(mac net.HardwareAddr) string {
 	l, ok, err := h.alloc.Lookup(mac)
 	if err != nil || !ok {

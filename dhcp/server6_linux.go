@@ -72,20 +72,27 @@ var dhcp6Filter = func() []bpf.RawInstruction {
 }()
 
 func openPacket6(ifindex int) (int, error) {
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_IPV6)))
+	return openPacket(ifindex, unix.ETH_P_IPV6, dhcp6Filter)
+}
+
+// openPacket opens a SOCK_DGRAM packet socket of the ethertype proto on
+// the interface ifindex, which reads what the filter prog passes (it sees
+// the network header at offset 0).
+func openPacket(ifindex int, proto uint16, prog []bpf.RawInstruction) (int, error) {
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, int(htons(proto)))
 	if err != nil {
 		return -1, err
 	}
-	filter := make([]unix.SockFilter, len(dhcp6Filter))
-	for i, r := range dhcp6Filter {
+	filter := make([]unix.SockFilter, len(prog))
+	for i, r := range prog {
 		filter[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
 	}
-	prog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
-	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &prog); err != nil {
+	fprog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
+	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &fprog); err != nil {
 		unix.Close(fd)
 		return -1, fmt.Errorf("attaching filter: %w", err)
 	}
-	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_IPV6), Ifindex: ifindex}); err != nil {
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(proto), Ifindex: ifindex}); err != nil {
 		unix.Close(fd)
 		return -1, err
 	}

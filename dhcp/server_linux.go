@@ -42,6 +42,9 @@ type Server struct {
 	conn  net.PacketConn
 	ports *portSender
 	h     *Handler
+	// elsewhere reads the renewals sent to other servers
+	// (elsewhere_linux.go).
+	elsewhere *elsewhereSocket
 }
 
 // Listen opens the server's sockets on iface, as Serve describes. The
@@ -56,7 +59,13 @@ func Listen(iface string, h *Handler) (*Server, error) {
 		conn.Close()
 		return nil, fmt.Errorf("opening DHCP reply socket on %s: %w", iface, err)
 	}
-	return &Server{iface: iface, conn: conn, ports: ports, h: h}, nil
+	elsewhere, err := listenElsewhere(iface, h.cfg.ServerIP)
+	if err != nil {
+		conn.Close()
+		ports.Close()
+		return nil, fmt.Errorf("opening the DHCP socket of renewals for other servers on %s: %w", iface, err)
+	}
+	return &Server{iface: iface, conn: conn, ports: ports, h: h, elsewhere: elsewhere}, nil
 }
 
 // Serve answers DHCP until ctx is done, then closes the sockets. It
@@ -66,23 +75,28 @@ func (s *Server) Serve(ctx context.Context, log *slog.Logger) error {
 		log = slog.Default()
 	}
 	defer s.ports.Close()
-	return serveConn(ctx, s.conn, s.ports, s.h, log.With("component", "dhcp", "interface", s.iface))
+	defer s.elsewhere.Close()
+	return serveConn(ctx, s.conn, s.ports, s.elsewhere, s.h, log.With("component", "dhcp", "interface", s.iface))
 }
 
 // Close closes the sockets of a server that will not Serve.
 func (s *Server) Close() error {
-	return errors.Join(s.conn.Close(), s.ports.Close())
+	return errors.Join(s.conn.Close(), s.ports.Close(), s.elsewhere.Close())
 }
 
 type packet struct {
 	req  *dhcpv4.DHCPv4
 	from net.Addr
+	// elsewhere: a renewal sent to another server's address, answered
+	// only with an ACK.
+	elsewhere bool
 }
 
-// serveConn serves requests read from conn. Replies go out of the
-// client's own bridge port through ports when its lease names one (nil
-// ports: always conn).
-func serveConn(ctx context.Context, conn net.PacketConn, ports *portSender, h *Handler, log *slog.Logger) error {
+// serveConn serves requests read from conn, and the renewals for other
+// servers read from elsewhere (nil: none). Replies go out of the client's
+// own bridge port through ports when its lease names one (nil ports:
+// always conn).
+func serveConn(ctx context.Context, conn net.PacketConn, ports *portSender, elsewhere *elsewhereSocket, h *Handler, log *slog.Logger) error {
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 
@@ -98,10 +112,21 @@ func serveConn(ctx context.Context, conn net.PacketConn, ports *portSender, h *H
 			}
 		}()
 	}
+	rctx, stopReaders := context.WithCancel(ctx)
+	var readers sync.WaitGroup
 	defer func() {
+		stopReaders()
+		readers.Wait()
 		close(queue)
 		wg.Wait()
 	}()
+	if elsewhere != nil {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			elsewhere.read(rctx, queue, h, log)
+		}()
+	}
 
 	limit := newRateLimiter(RateLimit, RateBurst)
 	log.Info("serving DHCP")
@@ -130,7 +155,7 @@ func serveConn(ctx context.Context, conn net.PacketConn, ports *portSender, h *H
 			continue
 		}
 		select {
-		case queue <- packet{req, from}:
+		case queue <- packet{req: req, from: from}:
 		default:
 			h.hooks.drop(DropQueueFull)
 			log.Debug("dropping packet: handler queue full", "mac", req.ClientHWAddr.String())
@@ -141,6 +166,11 @@ func serveConn(ctx context.Context, conn net.PacketConn, ports *portSender, h *H
 func serveOne(conn net.PacketConn, ports *portSender, h *Handler, log *slog.Logger, macs *macMutex, p packet) {
 	unlock := macs.lock(p.req.ClientHWAddr)
 	defer unlock()
+	if p.elsewhere && !h.renewsHere(p.req) {
+		h.hooks.drop(DropOtherServer)
+		log.Debug("a renewal for another server, of no lease here: left to it", "mac", p.req.ClientHWAddr.String(), "ciaddr", p.req.ClientIPAddr)
+		return
+	}
 	reply, err := h.Handle(p.req)
 	if err != nil || reply == nil {
 		return // Handle logged and counted it
