@@ -25,7 +25,8 @@
 // per RFC 2131 §4.1 (relay, NAK broadcast, unicast to ciaddr, else
 // broadcast). A packet socket on the bridge reads the renewals a guest
 // that moved here sends to its home node's server, and only an ACK
-// answers them (elsewhere_linux.go). On macOS vmnet's bootpd serves VMs and Serve returns an error.
+// answers them (elsewhere_linux.go). On macOS vmnet's bootpd serves VMs
+// and Serve returns an error.
 //
 // # Messages
 //

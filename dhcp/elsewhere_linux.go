@@ -28,8 +28,9 @@ import (
 // alone, with no NAK: that is the other server's to give.
 
 // elsewhereFilter passes whole IPv4 UDP packets from port 68 to port 67
-// that are not for server's address or the limited broadcast; the socket
-// is SOCK_DGRAM, so offset 0 is the IPv4 header.
+// that are not for server's address, nor multicast or broadcast
+// (224.0.0.0/3); the socket is SOCK_DGRAM, so offset 0 is the IPv4
+// header.
 func elsewhereFilter(server netip.Addr) ([]bpf.RawInstruction, error) {
 	return bpf.Assemble([]bpf.Instruction{
 		bpf.LoadAbsolute{Off: 9, Size: 1},
@@ -38,7 +39,7 @@ func elsewhereFilter(server netip.Addr) ([]bpf.RawInstruction, error) {
 		bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: 0x3fff, SkipTrue: 8}, // a fragment
 		bpf.LoadAbsolute{Off: 16, Size: 4},
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: binaryAddr(server), SkipTrue: 6},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0xffffffff, SkipTrue: 5},
+		bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: 0xe0000000, SkipTrue: 5},
 		bpf.LoadMemShift{Off: 0},
 		bpf.LoadIndirect{Off: 0, Size: 2},
 		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: dhcpv4.ClientPort, SkipTrue: 2},
@@ -55,33 +56,36 @@ func binaryAddr(a netip.Addr) uint32 {
 }
 
 // elsewhereRequest is what a frame read on the packet socket holds, if it
-// is a renewal sent to another server: sent to the bridge (PACKET_HOST),
-// from the client's own MAC, to an address that is not the node's (local
-// reports whether it is: the node's own addresses are the UDP socket's),
-// a REQUEST whose ciaddr is the packet's source.
-func elsewhereRequest(from unix.Sockaddr, b []byte, local func(netip.Addr) bool) (*dhcpv4.DHCPv4, net.Addr, bool) {
+// may be a renewal sent to another server: read on the bridge (ifindex),
+// sent to it (PACKET_HOST), from the client's own MAC, a REQUEST whose
+// ciaddr is the packet's source, not through a relay; dst is where it was
+// sent, whose being the node's own the caller checks last (a route
+// look-up).
+func elsewhereRequest(from unix.Sockaddr, ifindex int, b []byte) (req *dhcpv4.DHCPv4, src net.Addr, dst netip.Addr, ok bool) {
 	ll, ok := from.(*unix.SockaddrLinklayer)
-	if !ok || ll.Halen != 6 || ll.Pkttype != unix.PACKET_HOST {
-		return nil, nil, false
+	if !ok || ll.Ifindex != ifindex || ll.Halen != 6 || ll.Pkttype != unix.PACKET_HOST {
+		return nil, nil, dst, false
 	}
-	src, dst, payload, ok := parseUDP4(b)
-	if !ok || local(dst) {
-		return nil, nil, false
+	from4, dst, payload, ok := parseUDP4(b)
+	if !ok {
+		return nil, nil, dst, false
 	}
 	req, err := dhcpv4.FromBytes(payload)
 	if err != nil || req.OpCode != dhcpv4.OpcodeBootRequest || req.MessageType() != dhcpv4.MessageTypeRequest ||
-		addrOf(req.ClientIPAddr) != src.Addr() || len(req.ClientHWAddr) != 6 || string(req.ClientHWAddr) != string(ll.Addr[:6]) {
-		return nil, nil, false
+		addrOf(req.ClientIPAddr) != from4.Addr() || addrOf(req.GatewayIPAddr).IsValid() ||
+		len(req.ClientHWAddr) != 6 || string(req.ClientHWAddr) != string(ll.Addr[:6]) {
+		return nil, nil, dst, false
 	}
-	return req, net.UDPAddrFromAddrPort(src), true
+	return req, net.UDPAddrFromAddrPort(from4), dst, true
 }
 
 // elsewhereSocket is the packet socket of renewals for other servers, and
 // a netlink handle in the namespace it was opened in, which tells the
 // node's own addresses (a reader goroutine's thread may be in another).
 type elsewhereSocket struct {
-	fd int
-	nl *netlink.Handle
+	fd      int
+	ifindex int
+	nl      *netlink.Handle
 }
 
 // listenElsewhere opens the socket on iface for a server at server.
@@ -112,7 +116,7 @@ func listenElsewhere(iface string, server netip.Addr) (*elsewhereSocket, error) 
 		nl.Close()
 		return nil, err
 	}
-	return &elsewhereSocket{fd: fd, nl: nl}, nil
+	return &elsewhereSocket{fd: fd, ifindex: ifi.Index, nl: nl}, nil
 }
 
 // Close closes the socket; a nil one is closed already.
@@ -126,17 +130,22 @@ func (e *elsewhereSocket) Close() error {
 	return err
 }
 
-// local reports whether a is an address of the node's: the kernel
-// delivers a request to it to the UDP socket. (One it has no route to,
-// it drops.)
-func (e *elsewhereSocket) local(a netip.Addr) bool {
-	rs, err := e.nl.RouteGet(a.AsSlice())
-	return err == nil && len(rs) > 0 && rs[0].Type == unix.RTN_LOCAL
+// forwarded reports whether the kernel forwards (or drops, having no
+// route) a packet to a from src on the bridge rather than delivering it
+// to the node: its own addresses, and their subnets' broadcasts, are the
+// UDP socket's. A look-up that fails otherwise says no: a reply twice is
+// worse than none, which the client's rebinding makes up for.
+func (e *elsewhereSocket) forwarded(src, a netip.Addr) bool {
+	rs, err := e.nl.RouteGetWithOptions(a.AsSlice(), &netlink.RouteGetOptions{IifIndex: e.ifindex, SrcAddr: src.AsSlice()})
+	if errors.Is(err, unix.ENETUNREACH) || errors.Is(err, unix.EHOSTUNREACH) {
+		return true
+	}
+	return err == nil && len(rs) > 0 && rs[0].Type == unix.RTN_UNICAST
 }
 
-// read hands the renewals for other servers to queue until ctx ends.
-func (e *elsewhereSocket) read(ctx context.Context, queue chan<- packet, h *Handler, log *slog.Logger) {
-	limit := newRateLimiter(RateLimit, RateBurst)
+// read hands the renewals for other servers to queue until ctx ends,
+// through limit, the server's rate limiter.
+func (e *elsewhereSocket) read(ctx context.Context, queue chan<- packet, limit *rateLimiter, h *Handler, log *slog.Logger) {
 	buf := make([]byte, 65536)
 	for ctx.Err() == nil {
 		n, from, err := unix.Recvfrom(e.fd, buf, 0)
@@ -147,12 +156,15 @@ func (e *elsewhereSocket) read(ctx context.Context, queue chan<- packet, h *Hand
 			}
 			continue
 		}
-		req, src, ok := elsewhereRequest(from, buf[:n], e.local)
+		req, src, dst, ok := elsewhereRequest(from, e.ifindex, buf[:n])
 		if !ok {
 			continue
 		}
 		if ok, why := limit.allow(req.ClientHWAddr, time.Now()); !ok {
 			h.hooks.drop(why)
+			continue
+		}
+		if !e.forwarded(src.(*net.UDPAddr).AddrPort().Addr(), dst) {
 			continue
 		}
 		select {

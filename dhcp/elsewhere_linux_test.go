@@ -3,6 +3,7 @@ package dhcp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -31,8 +32,8 @@ import (
 // ACKs it, naming itself. Without the packet socket the kernel forwarded
 // the request and no server answered. A renewal of an address that is not
 // the MAC's here gets no reply at all (no NAK: the other server's to
-// give), and a request to one of the node's own addresses is answered
-// once, by the UDP socket.
+// give), and a request to one of the node's own addresses, or its
+// subnet's broadcast, is answered once, by the UDP socket.
 func TestRenewalForAnotherServer(t *testing.T) {
 	privtest.Require(t, "ip")
 	srv := netnstest.New(t, "desrv")
@@ -40,7 +41,7 @@ func TestRenewalForAnotherServer(t *testing.T) {
 	const mac = "02:00:0a:62:01:32"
 	srv.MustRun(t, "ip", "link", "add", "br0", "type", "bridge")
 	srv.MustRun(t, "ip", "link", "set", "br0", "address", "02:76:00:00:00:01")
-	srv.MustRun(t, "ip", "addr", "add", "10.98.0.1/24", "dev", "br0")
+	srv.MustRun(t, "ip", "addr", "add", "10.98.0.1/24", "brd", "+", "dev", "br0")
 	srv.MustRun(t, "ip", "addr", "add", "10.98.5.5/32", "dev", "lo")
 	srv.MustRun(t, "ip", "link", "set", "br0", "up")
 	srv.MustRun(t, "ip", "link", "add", "vh0", "type", "veth", "peer", "name", "eth0", "netns", cli.Name)
@@ -134,9 +135,9 @@ func TestRenewalForAnotherServer(t *testing.T) {
 	if got := renew("10.98.1.51", "10.98.1.1", time.Second); len(got) != 0 {
 		t.Errorf("a renewal of 10.98.1.51, not the MAC's here, sent to another server: replies %v, want none", got)
 	}
-	// To this server, and to another address of the node's: one reply
-	// each, the UDP socket's.
-	for _, server := range []string{"10.98.0.1", "10.98.5.5"} {
+	// To this server, to another address of the node's and to its
+	// bridge subnet's broadcast: one reply each, the UDP socket's.
+	for _, server := range []string{"10.98.0.1", "10.98.5.5", "10.98.0.255"} {
 		if got := renew("10.98.1.50", server, time.Second); len(got) != 1 || got[0].MessageType() != dhcpv4.MessageTypeAck {
 			t.Errorf("a renewal sent to %s, the node's: replies %v, want one ACK", server, got)
 		}
@@ -177,10 +178,12 @@ func serveOn(t *testing.T, ns *netnstest.NS, cfg Config, req leases.ReserveReque
 	})
 }
 
-// TestElsewhereRequest: of what the packet socket reads, only a renewal
-// is handed on: a REQUEST from ciaddr, to an address not the node's, in a
-// frame from the client's own MAC sent to the bridge.
+// TestElsewhereRequest: of what the packet socket reads, only what may be
+// a renewal is handed on: a REQUEST from ciaddr, not through a relay, in
+// a frame read on the bridge, from the client's own MAC, sent to the
+// bridge.
 func TestElsewhereRequest(t *testing.T) {
+	const bridge = 7
 	mac := net.HardwareAddr{2, 0, 10, 98, 1, 50}
 	ci, home := netip.MustParseAddr("10.98.1.50"), netip.MustParseAddr("10.98.1.1")
 	packet := func(src, dst netip.Addr, mod ...dhcpv4.Modifier) []byte {
@@ -191,44 +194,115 @@ func TestElsewhereRequest(t *testing.T) {
 		}
 		return rawip.UDP4(src, dst, 68, 67, req.ToBytes())
 	}
-	from := func(pkttype uint8, m net.HardwareAddr) unix.Sockaddr {
-		ll := &unix.SockaddrLinklayer{Halen: 6, Pkttype: pkttype}
+	from := func(ifindex int, pkttype uint8, m net.HardwareAddr) unix.Sockaddr {
+		ll := &unix.SockaddrLinklayer{Ifindex: ifindex, Halen: 6, Pkttype: pkttype}
 		copy(ll.Addr[:], m)
 		return ll
 	}
-	notLocal := func(netip.Addr) bool { return false }
 	fragment := packet(ci, home)
 	fragment[6] |= 0x20 // more fragments
+	reply := packet(ci, home)
+	reply[28] = byte(dhcpv4.OpcodeBootReply)
 	for _, c := range []struct {
-		name  string
-		from  unix.Sockaddr
-		b     []byte
-		local func(netip.Addr) bool
-		want  bool
+		name string
+		from unix.Sockaddr
+		b    []byte
+		want bool
 	}{
-		{"a renewal sent to its home's server", from(unix.PACKET_HOST, mac), packet(ci, home), notLocal, true},
-		{"to an address of the node's", from(unix.PACKET_HOST, mac), packet(ci, home), func(netip.Addr) bool { return true }, false},
-		{"a frame for another MAC", from(unix.PACKET_OTHERHOST, mac), packet(ci, home), notLocal, false},
-		{"from another MAC than chaddr", from(unix.PACKET_HOST, net.HardwareAddr{2, 0, 10, 98, 1, 51}), packet(ci, home), notLocal, false},
-		{"from another address than ciaddr", from(unix.PACKET_HOST, mac), packet(netip.MustParseAddr("10.98.1.51"), home), notLocal, false},
-		{"a DISCOVER", from(unix.PACKET_HOST, mac), packet(ci, home, dhcpv4.WithMessageType(dhcpv4.MessageTypeDiscover)), notLocal, false},
-		{"a fragment", from(unix.PACKET_HOST, mac), fragment, notLocal, false},
-		{"cut short", from(unix.PACKET_HOST, mac), packet(ci, home)[:100], notLocal, false},
+		{"a renewal sent to its home's server", from(bridge, unix.PACKET_HOST, mac), packet(ci, home), true},
+		{"read on another link", from(bridge+1, unix.PACKET_HOST, mac), packet(ci, home), false},
+		{"a frame for another MAC", from(bridge, unix.PACKET_OTHERHOST, mac), packet(ci, home), false},
+		{"from another MAC than chaddr", from(bridge, unix.PACKET_HOST, net.HardwareAddr{2, 0, 10, 98, 1, 51}), packet(ci, home), false},
+		{"from another address than ciaddr", from(bridge, unix.PACKET_HOST, mac), packet(netip.MustParseAddr("10.98.1.51"), home), false},
+		{"through a relay", from(bridge, unix.PACKET_HOST, mac), packet(ci, home, dhcpv4.WithGatewayIP(net.IPv4(10, 98, 1, 1))), false},
+		{"a DISCOVER", from(bridge, unix.PACKET_HOST, mac), packet(ci, home, dhcpv4.WithMessageType(dhcpv4.MessageTypeDiscover)), false},
+		{"a BOOTREPLY", from(bridge, unix.PACKET_HOST, mac), reply, false},
+		{"a fragment", from(bridge, unix.PACKET_HOST, mac), fragment, false},
+		{"cut short", from(bridge, unix.PACKET_HOST, mac), packet(ci, home)[:100], false},
 	} {
-		req, src, ok := elsewhereRequest(c.from, c.b, c.local)
+		req, src, dst, ok := elsewhereRequest(c.from, bridge, c.b)
 		if ok != c.want {
 			t.Errorf("%s: handed on %v, want %v", c.name, ok, c.want)
 			continue
 		}
-		if ok && (src.String() != "10.98.1.50:68" || req.ClientHWAddr.String() != mac.String()) {
-			t.Errorf("%s: from %v, chaddr %v", c.name, src, req.ClientHWAddr)
+		if ok && (src.String() != "10.98.1.50:68" || dst != home || req.ClientHWAddr.String() != mac.String()) {
+			t.Errorf("%s: from %v to %v, chaddr %v", c.name, src, dst, req.ClientHWAddr)
 		}
 	}
 }
 
+// TestElsewhereAnswersOnlyWithAnACK: a renewal sent to another server is
+// answered only when it renews the MAC's lease here, and never with a
+// NAK, even when the bind is refused (the lease changed under it).
+func TestElsewhereAnswersOnlyWithAnACK(t *testing.T) {
+	mac := net.HardwareAddr{2, 0, 10, 98, 1, 50}
+	lease := leases.Lease{MAC: mac.String(), IP: netip.MustParseAddr("10.98.0.50"), State: leases.StateBound, Source: leases.SourceCNI}
+	renewal := func(ci string, mod ...dhcpv4.Modifier) *dhcpv4.DHCPv4 {
+		req, err := dhcpv4.New(append([]dhcpv4.Modifier{dhcpv4.WithHwAddr(mac), dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest),
+			dhcpv4.WithClientIP(net.ParseIP(ci))}, mod...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return req
+	}
+	for _, c := range []struct {
+		name   string
+		req    *dhcpv4.DHCPv4
+		refuse bool // the bind fails
+		want   string
+	}{
+		{"a renewal of the MAC's address", renewal("10.98.0.50"), false, "ACK"},
+		{"of another address", renewal("10.98.0.51"), false, "nothing"},
+		{"naming a server", renewal("10.98.0.50", dhcpv4.WithOption(dhcpv4.OptServerIdentifier(net.IPv4(10, 98, 0, 1)))), false, "nothing"},
+		{"asking for an address", renewal("10.98.0.50", dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(net.IPv4(10, 98, 0, 51)))), false, "nothing"},
+		{"a bind refused", renewal("10.98.0.50"), true, "nothing"},
+	} {
+		var a Allocator = newFake(lease)
+		if c.refuse {
+			a = refusingAlloc{newFake(lease)}
+		}
+		h, _ := newTestHandler(t, testConfig(), a)
+		conn := &recordingConn{}
+		serveOne(conn, nil, h, slog.New(slog.DiscardHandler), &macMutex{}, packet{req: c.req, from: &net.UDPAddr{IP: c.req.ClientIPAddr, Port: 68}, elsewhere: true})
+		got := "nothing"
+		if len(conn.sent) == 1 {
+			got = conn.sent[0].MessageType().String()
+		} else if len(conn.sent) > 1 {
+			got = fmt.Sprintf("%d replies", len(conn.sent))
+		}
+		if got != c.want {
+			t.Errorf("%s: answered %s, want %s", c.name, got, c.want)
+		}
+	}
+}
+
+// refusingAlloc refuses every bind, as a lease file whose lease changed.
+type refusingAlloc struct{ *fakeAlloc }
+
+func (refusingAlloc) Bind(net.HardwareAddr, netip.Addr, time.Time, string) (leases.Lease, error) {
+	return leases.Lease{}, leases.ErrConflict
+}
+
+// recordingConn is a net.PacketConn that keeps the DHCP messages written
+// to it.
+type recordingConn struct {
+	net.PacketConn
+	sent []*dhcpv4.DHCPv4
+}
+
+func (c *recordingConn) WriteTo(b []byte, _ net.Addr) (int, error) {
+	m, err := dhcpv4.FromBytes(b)
+	if err != nil {
+		return 0, err
+	}
+	c.sent = append(c.sent, m)
+	return len(b), nil
+}
+
 // TestElsewhereFilter runs the socket's filter on packets: it passes UDP
 // from port 68 to port 67 of another address, and nothing to the server's
-// address, to the broadcast address, fragments, or other ports.
+// address, to broadcast or multicast addresses, fragments, other ports or
+// other protocols.
 func TestElsewhereFilter(t *testing.T) {
 	server := netip.MustParseAddr("10.98.0.1")
 	prog, err := elsewhereFilter(server)
@@ -248,6 +322,8 @@ func TestElsewhereFilter(t *testing.T) {
 	withOptions = slices.Concat([]byte{0x46}, withOptions[1:20], []byte{1, 1, 1, 0}, withOptions[20:]) // a 24-byte header
 	fragment := rawip.UDP4(ci, home, 68, 67, make([]byte, 300))
 	fragment[7] = 1 // fragment offset 8
+	first := rawip.UDP4(ci, home, 68, 67, make([]byte, 300))
+	first[6] = 0x20 // more fragments, offset 0
 	for _, c := range []struct {
 		name string
 		b    []byte
@@ -260,7 +336,9 @@ func TestElsewhereFilter(t *testing.T) {
 		{"from another port", rawip.UDP4(ci, home, 67, 67, make([]byte, 300)), false},
 		{"to another port", rawip.UDP4(ci, home, 68, 68, make([]byte, 300)), false},
 		{"a fragment", fragment, false},
-		{"TCP", rawip.IPv4(ci, home, 6, make([]byte, 40)), false},
+		{"a first fragment", first, false},
+		{"multicast", rawip.UDP4(ci, netip.MustParseAddr("224.0.0.1"), 68, 67, make([]byte, 300)), false},
+		{"TCP from port 68 to port 67", rawip.IPv4(ci, home, 6, append([]byte{0, 68, 0, 67}, make([]byte, 36)...)), false},
 	} {
 		n, err := vm.Run(c.b)
 		if err != nil {

@@ -423,21 +423,23 @@ func leaseEnd(now time.Time, d time.Duration) time.Time {
 	return end
 }
 
-// portOf returns the bridge port the lease of mac is checked on, where the
-// server sends its replies to mac: "" when it has none.
 // renewsHere reports whether req, a request sent to another server's
-// address, renews a lease of this server's: a REQUEST whose ciaddr is
-// the MAC's address here (a VM that moved here renewing with its home's
-// server).
+// address, renews a lease of this server's: a REQUEST in RENEWING (ciaddr
+// set, no server identifier, no requested address, no relay) whose ciaddr
+// is the MAC's address here (a VM that moved here renewing with its
+// home's server).
 func (h *Handler) renewsHere(req *dhcpv4.DHCPv4) bool {
 	ci := addrOf(req.ClientIPAddr)
-	if req.MessageType() != dhcpv4.MessageTypeRequest || !ci.IsValid() {
+	if req.MessageType() != dhcpv4.MessageTypeRequest || !ci.IsValid() || addrOf(req.ServerIdentifier()).IsValid() ||
+		addrOf(req.RequestedIPAddress()).IsValid() || addrOf(req.GatewayIPAddr).IsValid() {
 		return false
 	}
 	l, ok, err := h.alloc.Lookup(req.ClientHWAddr)
 	return err == nil && ok && l.IP == ci
 }
 
+// portOf returns the bridge port the lease of mac is checked on, where the
+// server sends its replies to mac: "" when it has none.
 func (h *Handler) portOf(mac net.HardwareAddr) string {
 	l, ok, err := h.alloc.Lookup(mac)
 	if err != nil || !ok {

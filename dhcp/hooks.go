@@ -13,7 +13,7 @@ const (
 	DropBootReply   = "bootreply"      // op is BOOTREPLY: another server's answer, not for us
 	DropHardware    = "hardware"       // htype is not Ethernet or hlen is not 6
 	DropUnknownMAC  = "unknown_mac"    // no lease for the MAC and no dynamic range
-	DropOtherServer = "other_server"   // REQUEST naming another server: the client chose it
+	DropOtherServer = "other_server"   // REQUEST naming another server (the client chose it), or sent to another server's address and not renewing a lease here
 	DropNoRecord    = "no_record"      // INIT-REBOOT from a MAC we know nothing of (RFC 2131 §4.3.2)
 	DropNotLeased   = "not_leased"     // RELEASE/DECLINE of an address the MAC does not hold
 	DropRateLimited = "rate_limited"   // the MAC sent more than its share (server only)

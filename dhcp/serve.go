@@ -33,9 +33,10 @@ const (
 )
 
 // rateLimiter is a token bucket per client, one shared by clients past
-// max, and a global one. Not safe for concurrent use: the server's read
-// loop owns it.
+// max, and a global one. Safe for concurrent use: the server's read loop
+// and its reader of renewals for other servers share it.
 type rateLimiter struct {
+	mu          sync.Mutex
 	rate, burst float64
 	max         int
 	buckets     map[[6]byte]*bucket
@@ -74,6 +75,8 @@ func newRateLimiter(rate, burst float64) *rateLimiter {
 // allow takes a token from mac's bucket and one from the global bucket,
 // and says why not when it cannot. Full buckets are swept once a minute.
 func (r *rateLimiter) allow(mac net.HardwareAddr, now time.Time) (ok bool, why string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if now.Sub(r.lastSweep) > time.Minute {
 		for k, b := range r.buckets {
 			if now.Sub(b.last).Seconds()*r.rate >= r.burst {

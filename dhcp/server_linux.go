@@ -120,15 +120,15 @@ func serveConn(ctx context.Context, conn net.PacketConn, ports *portSender, else
 		close(queue)
 		wg.Wait()
 	}()
+	limit := newRateLimiter(RateLimit, RateBurst)
 	if elsewhere != nil {
 		readers.Add(1)
 		go func() {
 			defer readers.Done()
-			elsewhere.read(rctx, queue, h, log)
+			elsewhere.read(rctx, queue, limit, h, log)
 		}()
 	}
 
-	limit := newRateLimiter(RateLimit, RateBurst)
 	log.Info("serving DHCP")
 	buf := make([]byte, 65536)
 	for {
@@ -174,6 +174,12 @@ func serveOne(conn net.PacketConn, ports *portSender, h *Handler, log *slog.Logg
 	reply, err := h.Handle(p.req)
 	if err != nil || reply == nil {
 		return // Handle logged and counted it
+	}
+	if p.elsewhere && reply.MessageType() != dhcpv4.MessageTypeAck {
+		// A NAK (the lease changed, a bind refused) is the other
+		// server's to give: the client would drop its address.
+		log.Debug("a renewal for another server not ACKed here: no reply", "mac", p.req.ClientHWAddr.String(), "reply", reply.MessageType())
+		return
 	}
 	if ports != nil {
 		if port := h.portOf(p.req.ClientHWAddr); port != "" {
