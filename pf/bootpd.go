@@ -80,7 +80,10 @@ func EditBootpdPlist(data []byte, want Previous) ([]byte, bool, error) {
 	} else {
 		dict[KeyIgnoreClientID] = want.Value
 	}
-	out, err := encodePlist(dict, format)
+	out, err := encodePlist(dict, format, func(back map[string]any) bool {
+		v, present := ignoreClientID(back)
+		return present != want.Absent && (want.Absent || v == want.Value)
+	})
 	if err != nil {
 		return nil, false, err
 	}
@@ -88,16 +91,39 @@ func EditBootpdPlist(data []byte, want Previous) ([]byte, bool, error) {
 }
 
 // encodePlist writes dict in format: XML indented with tabs, as macOS
-// writes its own XML plists.
-func encodePlist(dict map[string]any, format int) ([]byte, error) {
+// writes its own XML plists. A plist of another format that its encoder
+// cannot write, or writes so that it does not read back or reads back
+// without what vmlane set (reads says whether a decoded dict has it), is
+// written as XML instead, which vmnet and bootpd read as well:
+// howett.net/plist v1.0.1's text (OpenStep) encoder leaves some keys
+// unquoted that its parser refuses (a key of nineteen digits), panics on a
+// character beyond U+FFFF (it pads its \U escapes to four digits), and
+// OpenStep has no booleans (bootpd's key read back as the string "1").
+// FuzzEditPlist and FuzzEditBootpdPlist found them.
+func encodePlist(dict map[string]any, format int, reads func(map[string]any) bool) ([]byte, error) {
 	if format != plist.XMLFormat {
-		return plist.Marshal(dict, format)
+		if out, err := marshalOther(dict, format); err == nil {
+			if back, _, err := decodePlist(out); err == nil && reads(back) {
+				return out, nil
+			}
+		}
+		format = plist.XMLFormat
 	}
 	out, err := plist.MarshalIndent(dict, format, "\t")
 	if err != nil {
 		return nil, err
 	}
 	return append(out, '\n'), nil
+}
+
+// marshalOther is plist.Marshal, with the encoder's panics as errors.
+func marshalOther(dict map[string]any, format int) (out []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = nil, fmt.Errorf("plist encoder: %v", r)
+		}
+	}()
+	return plist.Marshal(dict, format)
 }
 
 // ApplyBootpdPlist sets dhcp_ignore_client_identifier to true in the

@@ -38,6 +38,34 @@ func FuzzEditPlist(f *testing.F) {
 	})
 }
 
+// FuzzEditBootpdPlist feeds EditBootpdPlist what a bootpd plist on disk
+// could hold, as FuzzEditPlist does EditPlist: no panic, and what it
+// accepts it writes back so that the key reads as set and a second edit
+// changes nothing.
+func FuzzEditBootpdPlist(f *testing.F) {
+	data, err := os.ReadFile(filepath.Join("testdata", "bootpd-sharing.plist"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(data)
+	f.Add([]byte(`{ dhcp_ignore_client_identifier = 0; name = "\U00a79e7"; }`))
+	f.Add([]byte{})
+	want := Previous{Value: true}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		out, _, err := EditBootpdPlist(data, want)
+		if err != nil {
+			return
+		}
+		if got, present, err := ReadIgnoreClientID(out); err != nil || !present || !got {
+			t.Fatalf("edited plist reads %v (present %v), %v", got, present, err)
+		}
+		again, changed, err := EditBootpdPlist(out, want)
+		if err != nil || changed || !bytes.Equal(again, out) {
+			t.Fatalf("second edit: changed %v, err %v", changed, err)
+		}
+	})
+}
+
 // FuzzParseShownRules: pfctl's output is read back on every resync.
 func FuzzParseShownRules(f *testing.F) {
 	f.Add("No ALTQ support in kernel\nno nat inet from 10.244.5.0/24 to 10.244.0.0/16\n")

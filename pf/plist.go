@@ -96,27 +96,11 @@ func EditPlist(data []byte, want SharedNet) ([]byte, bool, error) {
 			dict[k] = v
 		}
 	}
-	var out []byte
-	if format == plist.XMLFormat {
-		// Tabs, as macOS writes its own XML plists.
-		out, err = plist.MarshalIndent(dict, format, "\t")
-		out = append(out, '\n')
-	} else {
-		out, err = plist.Marshal(dict, format)
-	}
+	out, err := encodePlist(dict, format, func(back map[string]any) bool {
+		return sharedNetOf(back) == want && hasExactly(back, want)
+	})
 	if err != nil {
 		return nil, false, err
-	}
-	// The text (OpenStep) encoder leaves some keys unquoted that its own
-	// parser refuses (a key of nineteen digits, found by FuzzEditPlist):
-	// a file that does not read back is written as XML instead, which
-	// vmnet reads as well.
-	if _, _, err := decodePlist(out); err != nil && format != plist.XMLFormat {
-		out, err = plist.MarshalIndent(dict, plist.XMLFormat, "\t")
-		if err != nil {
-			return nil, false, err
-		}
-		out = append(out, '\n')
 	}
 	return out, true, nil
 }
