@@ -381,16 +381,21 @@ func (s *claimsSync) pass(ctx context.Context) {
 		vms, mirror, lent = withoutVMs(vms, mirror, lent, refused)
 		filtered = true
 	}
-	// The routes first: a moved VM's host route goes in at once
-	// (routes.Controller.SetVMs), the plugin's copy of the claims after.
+	// The dataplane first: a moved VM's routes go in at once
+	// (routes.Controller.SetVMs), then what the bridge does for a VM
+	// that left or came (the NDP proxy, the table of VMs away, the
+	// answers to guests that moved in: the home node's pods reach a VM
+	// that left at layer 2 until its MAC is in that table). The plugin's
+	// copy of the claims comes last: it is written with two fsyncs, which
+	// a live migration's home node waited for before.
 	s.ctrl.SetVMs(vms)
 	if s.passTime != nil {
 		s.passTime.Observe(time.Since(start).Seconds())
 	}
-	s.writeMirror(mirror, !filtered)
 	s.proxyLent(lent)
 	s.awayLent(lent, movedInPorts(file))
 	s.answerMovedIn(movedInGuests(file))
+	s.writeMirror(mirror, !filtered)
 }
 
 // leaseVMs names the VMs of f's leases (none for a nil f).
