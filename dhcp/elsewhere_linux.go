@@ -61,22 +61,22 @@ func binaryAddr(a netip.Addr) uint32 {
 // ciaddr is the packet's source, not through a relay; dst is where it was
 // sent, whose being the node's own the caller checks last (a route
 // look-up).
-func elsewhereRequest(from unix.Sockaddr, ifindex int, b []byte) (req *dhcpv4.DHCPv4, src net.Addr, dst netip.Addr, ok bool) {
+func elsewhereRequest(from unix.Sockaddr, ifindex int, b []byte) (req *dhcpv4.DHCPv4, src netip.AddrPort, dst netip.Addr, ok bool) {
 	ll, ok := from.(*unix.SockaddrLinklayer)
 	if !ok || ll.Ifindex != ifindex || ll.Halen != 6 || ll.Pkttype != unix.PACKET_HOST {
-		return nil, nil, dst, false
+		return nil, src, dst, false
 	}
-	from4, dst, payload, ok := parseUDP4(b)
+	src, dst, payload, ok := parseUDP4(b)
 	if !ok {
-		return nil, nil, dst, false
+		return nil, src, dst, false
 	}
 	req, err := dhcpv4.FromBytes(payload)
 	if err != nil || req.OpCode != dhcpv4.OpcodeBootRequest || req.MessageType() != dhcpv4.MessageTypeRequest ||
-		addrOf(req.ClientIPAddr) != from4.Addr() || addrOf(req.GatewayIPAddr).IsValid() ||
+		addrOf(req.ClientIPAddr) != src.Addr() || addrOf(req.GatewayIPAddr).IsValid() ||
 		len(req.ClientHWAddr) != 6 || string(req.ClientHWAddr) != string(ll.Addr[:6]) {
-		return nil, nil, dst, false
+		return nil, src, dst, false
 	}
-	return req, net.UDPAddrFromAddrPort(from4), dst, true
+	return req, src, dst, true
 }
 
 // elsewhereSocket is the packet socket of renewals for other servers, and
@@ -164,11 +164,11 @@ func (e *elsewhereSocket) read(ctx context.Context, queue chan<- packet, limit *
 			h.hooks.drop(why)
 			continue
 		}
-		if !e.forwarded(src.(*net.UDPAddr).AddrPort().Addr(), dst) {
+		if !e.forwarded(src.Addr(), dst) {
 			continue
 		}
 		select {
-		case queue <- packet{req: req, from: src, elsewhere: true}:
+		case queue <- packet{req: req, from: net.UDPAddrFromAddrPort(src), elsewhere: true}:
 		default:
 			h.hooks.drop(DropQueueFull)
 		}

@@ -39,11 +39,8 @@ func TestRenewalForAnotherServer(t *testing.T) {
 	srv := netnstest.New(t, "desrv")
 	cli := netnstest.New(t, "decli")
 	const mac = "02:00:0a:62:01:32"
-	srv.MustRun(t, "ip", "link", "add", "br0", "type", "bridge")
-	srv.MustRun(t, "ip", "link", "set", "br0", "address", "02:76:00:00:00:01")
-	srv.MustRun(t, "ip", "addr", "add", "10.98.0.1/24", "brd", "+", "dev", "br0")
+	gatewayBridge(t, srv, "10.98.0.1/24", "brd", "+")
 	srv.MustRun(t, "ip", "addr", "add", "10.98.5.5/32", "dev", "lo")
-	srv.MustRun(t, "ip", "link", "set", "br0", "up")
 	srv.MustRun(t, "ip", "link", "add", "vh0", "type", "veth", "peer", "name", "eth0", "netns", cli.Name)
 	srv.MustRun(t, "ip", "link", "set", "vh0", "master", "br0", "up")
 	// The VM's host route onto the bridge, as vmlaned's for a VM that
@@ -53,7 +50,7 @@ func TestRenewalForAnotherServer(t *testing.T) {
 	cli.MustRun(t, "ip", "addr", "add", "10.98.1.50/24", "dev", "eth0")
 	cli.MustRun(t, "ip", "addr", "add", "10.98.1.51/24", "dev", "eth0")
 	// Its home gateway, by the MAC every node's bridge has.
-	cli.MustRun(t, "ip", "neigh", "add", "10.98.1.1", "lladdr", "02:76:00:00:00:01", "dev", "eth0")
+	cli.MustRun(t, "ip", "neigh", "add", "10.98.1.1", "lladdr", gatewayMAC, "dev", "eth0")
 	cli.MustRun(t, "ip", "route", "add", "default", "via", "10.98.1.1")
 
 	serveOn(t, srv, testConfig(), leases.ReserveRequest{
@@ -144,6 +141,20 @@ func TestRenewalForAnotherServer(t *testing.T) {
 	}
 }
 
+// gatewayMAC is every node's bridge MAC (plugin.GatewayMAC): a guest's
+// entry for its gateway answers on every node.
+const gatewayMAC = "02:76:00:00:00:01"
+
+// gatewayBridge makes the bridge br0 in ns, up, with gatewayMAC and the
+// address addr (more `ip addr add` arguments after it).
+func gatewayBridge(t *testing.T, ns *netnstest.NS, addr ...string) {
+	t.Helper()
+	ns.MustRun(t, "ip", "link", "add", "br0", "type", "bridge")
+	ns.MustRun(t, "ip", "link", "set", "br0", "address", gatewayMAC)
+	ns.MustRun(t, "ip", slices.Concat([]string{"addr", "add"}, addr, []string{"dev", "br0"})...)
+	ns.MustRun(t, "ip", "link", "set", "br0", "up")
+}
+
 // serveOn runs a server on ns's br0 with cfg, over a lease file holding
 // the reservation req, until the test ends. Its sockets are made in ns
 // and keep it: the server answers once serveOn returns. (A lease must name
@@ -225,7 +236,7 @@ func TestElsewhereRequest(t *testing.T) {
 			t.Errorf("%s: handed on %v, want %v", c.name, ok, c.want)
 			continue
 		}
-		if ok && (src.String() != "10.98.1.50:68" || dst != home || req.ClientHWAddr.String() != mac.String()) {
+		if ok && (src != netip.AddrPortFrom(ci, 68) || dst != home || req.ClientHWAddr.String() != mac.String()) {
 			t.Errorf("%s: from %v to %v, chaddr %v", c.name, src, dst, req.ClientHWAddr)
 		}
 	}
@@ -361,15 +372,8 @@ func TestUdhcpcRenewsWhereItMoved(t *testing.T) {
 	there := netnstest.New(t, "dmthere")
 	cli := netnstest.New(t, "dmcli")
 	const mac = "02:00:0a:62:01:33"
-	for _, n := range []struct {
-		ns   *netnstest.NS
-		addr string
-	}{{home, "10.98.1.1/24"}, {there, "10.98.0.1/24"}} {
-		n.ns.MustRun(t, "ip", "link", "add", "br0", "type", "bridge")
-		n.ns.MustRun(t, "ip", "link", "set", "br0", "address", "02:76:00:00:00:01")
-		n.ns.MustRun(t, "ip", "addr", "add", n.addr, "dev", "br0")
-		n.ns.MustRun(t, "ip", "link", "set", "br0", "up")
-	}
+	gatewayBridge(t, home, "10.98.1.1/24")
+	gatewayBridge(t, there, "10.98.0.1/24")
 	home.MustRun(t, "ip", "link", "add", "vh0", "type", "veth", "peer", "name", "eth0", "netns", cli.Name)
 	home.MustRun(t, "ip", "link", "set", "vh0", "master", "br0", "up")
 	cli.MustRun(t, "ip", "link", "set", "eth0", "address", mac, "up")
@@ -386,19 +390,7 @@ func TestUdhcpcRenewsWhereItMoved(t *testing.T) {
 	if err := os.WriteFile(script, []byte(udhcpcScript), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	env := func(event string) map[string]string {
-		data, err := os.ReadFile(script + ".env." + event)
-		if err != nil {
-			return nil
-		}
-		out := map[string]string{}
-		for _, line := range strings.Split(string(data), "\n") {
-			if k, v, ok := strings.Cut(line, "="); ok {
-				out[k] = v
-			}
-		}
-		return out
-	}
+	env := func(event string) map[string]string { return udhcpcEnv(script, event) }
 	cmd := cli.Command("busybox", "udhcpc", "-i", "eth0", "-f", "-t", "5", "-T", "1", "-s", script)
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -419,7 +411,7 @@ func TestUdhcpcRenewsWhereItMoved(t *testing.T) {
 	// its server's address names the MAC every node's bridge has.
 	home.MustRun(t, "ip", "link", "set", "vh0", "netns", there.Name)
 	there.MustRun(t, "ip", "link", "set", "vh0", "master", "br0", "up")
-	cli.MustRun(t, "ip", "neigh", "replace", "10.98.1.1", "lladdr", "02:76:00:00:00:01", "dev", "eth0")
+	cli.MustRun(t, "ip", "neigh", "replace", "10.98.1.1", "lladdr", gatewayMAC, "dev", "eth0")
 	if err := cmd.Process.Signal(syscall.SIGUSR1); err != nil { // renew now
 		t.Fatal(err)
 	}

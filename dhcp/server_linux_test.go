@@ -98,15 +98,9 @@ func TestUdhcpc(t *testing.T) {
 		if err != nil {
 			t.Fatalf("udhcpc: %v", err)
 		}
-		data, err := os.ReadFile(script + ".env.bound")
-		if err != nil {
-			t.Fatalf("udhcpc never ran its script with bound: %v\n%s", err, out)
-		}
-		env := map[string]string{}
-		for _, line := range strings.Split(string(data), "\n") {
-			if k, v, ok := strings.Cut(line, "="); ok {
-				env[k] = v
-			}
+		env := udhcpcEnv(script, "bound")
+		if env == nil {
+			t.Fatalf("udhcpc never ran its script with bound\n%s", out)
 		}
 		return env
 	}
@@ -178,6 +172,22 @@ func TestUdhcpc(t *testing.T) {
 	if l := bound(); !l.Expires.IsZero() || l.ContainerID != "c1" {
 		t.Errorf("after release: %+v, want reserved without expiry, still attachment c1", l)
 	}
+}
+
+// udhcpcEnv is the environment udhcpcScript recorded for event, nil when
+// it has not run for it.
+func udhcpcEnv(script, event string) map[string]string {
+	data, err := os.ReadFile(script + ".env." + event)
+	if err != nil {
+		return nil
+	}
+	env := map[string]string{}
+	for _, line := range strings.Split(string(data), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			env[k] = v
+		}
+	}
+	return env
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {

@@ -71,8 +71,7 @@ func EditBootpdPlist(data []byte, want Previous) ([]byte, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	v, present := ignoreClientID(dict)
-	if want.Absent && !present || !want.Absent && present && v == want.Value {
+	if bootpdSays(dict, want) {
 		return data, false, nil
 	}
 	if want.Absent {
@@ -80,14 +79,18 @@ func EditBootpdPlist(data []byte, want Previous) ([]byte, bool, error) {
 	} else {
 		dict[KeyIgnoreClientID] = want.Value
 	}
-	out, err := encodePlist(dict, format, func(back map[string]any) bool {
-		v, present := ignoreClientID(back)
-		return present != want.Absent && (want.Absent || v == want.Value)
-	})
+	out, err := encodePlist(dict, format, func(back map[string]any) bool { return bootpdSays(back, want) })
 	if err != nil {
 		return nil, false, err
 	}
 	return out, true, nil
+}
+
+// bootpdSays reports whether a bootpd plist's dict says what want does
+// about dhcp_ignore_client_identifier: absent, or present with its value.
+func bootpdSays(dict map[string]any, want Previous) bool {
+	v, present := ignoreClientID(dict)
+	return present != want.Absent && (want.Absent || v == want.Value)
 }
 
 // encodePlist writes dict in format: XML indented with tabs, as macOS

@@ -86,7 +86,7 @@ func EditPlist(data []byte, want SharedNet) ([]byte, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	if sharedNetOf(dict) == want && hasExactly(dict, want) {
+	if sharedNetIs(dict, want) {
 		return data, false, nil
 	}
 	for k, v := range map[string]string{KeyAddress: want.Address, KeyMask: want.Mask} {
@@ -96,21 +96,22 @@ func EditPlist(data []byte, want SharedNet) ([]byte, bool, error) {
 			dict[k] = v
 		}
 	}
-	out, err := encodePlist(dict, format, func(back map[string]any) bool {
-		return sharedNetOf(back) == want && hasExactly(back, want)
-	})
+	out, err := encodePlist(dict, format, func(back map[string]any) bool { return sharedNetIs(back, want) })
 	if err != nil {
 		return nil, false, err
 	}
 	return out, true, nil
 }
 
-// hasExactly reports whether the keys for want's empty fields are absent
-// and the others are strings (sharedNetOf reads a non-string as "").
-func hasExactly(dict map[string]any, want SharedNet) bool {
+// sharedNetIs reports whether dict holds exactly want's values: the keys
+// of its empty fields absent, the others present (sharedNetOf reads a
+// non-string as "", so a present key holds its value's string).
+func sharedNetIs(dict map[string]any, want SharedNet) bool {
+	if sharedNetOf(dict) != want {
+		return false
+	}
 	for k, v := range map[string]string{KeyAddress: want.Address, KeyMask: want.Mask} {
-		_, present := dict[k]
-		if present != (v != "") {
+		if _, present := dict[k]; present != (v != "") {
 			return false
 		}
 	}

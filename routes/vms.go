@@ -111,7 +111,8 @@ func (c *Controller) moveVMs(old, vms []VM) bool {
 	if !ok {
 		return false // a burst, or VMs that went
 	}
-	if c.opts.Announcer != nil && slices.ContainsFunc(slices.Concat(now, was), func(v VM) bool { return v.Node == c.opts.NodeName }) {
+	changed := slices.Concat(now, was)
+	if c.opts.Announcer != nil && slices.ContainsFunc(changed, func(v VM) bool { return v.Node == c.opts.NodeName }) {
 		c.loop.Between(func() {
 			// The VMs as they are when no reconcile runs: a reconcile
 			// after this one announces these or newer.
@@ -120,7 +121,7 @@ func (c *Controller) moveVMs(old, vms []VM) bool {
 	}
 	var nodes []Node
 	seen := map[string]bool{}
-	for _, v := range slices.Concat(now, was) {
+	for _, v := range changed {
 		if seen[v.Node] {
 			continue
 		}

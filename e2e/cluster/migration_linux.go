@@ -337,7 +337,7 @@ func MigrationTable(runs []MigrationRun, keys []string) string {
 		if r.Heard {
 			ff, sw = ms(r.FirstFrame), ms(r.SwitchAfter)
 			if r.Resumed.IsZero() {
-				ff += " (after QEMU's end)"
+				ff += " (after " + r.frameAfter() + ")"
 			}
 		}
 		var ls []string
