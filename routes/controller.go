@@ -259,6 +259,9 @@ func (c *Controller) NodesGeneration() uint64 { return c.nodesGen.Load() }
 // once: before, Node and PodCIDRs know none of them.
 func (c *Controller) Synced() bool { return c.informer.HasSynced() }
 
+// Nodes is every Node in the cache, as the controller reads them.
+func (c *Controller) Nodes() []Node { return c.nodes() }
+
 func (c *Controller) nodes() []Node {
 	objs, err := c.lister.List(labels.Everything())
 	if err != nil {

@@ -29,6 +29,7 @@ import (
 
 	"github.com/vmlane/vmlane/internal/atomicfile"
 	"github.com/vmlane/vmlane/internal/ndproxy"
+	"github.com/vmlane/vmlane/internal/peer"
 	"github.com/vmlane/vmlane/leases"
 	"github.com/vmlane/vmlane/plugin"
 	"github.com/vmlane/vmlane/routes"
@@ -140,6 +141,11 @@ type claimsSync struct {
 	// passTime observes each pass's time from reading the claims to
 	// handing the VMs to the route controller (nil: not observed).
 	passTime prometheus.Observer
+	// moves is the live migrations this node knows of ahead of their
+	// claims' updates (peers.go), peers its end of the notices that tell
+	// the other nodes (nil: no --peer-key-file).
+	moves peerMoves
+	peers *peerLink
 }
 
 // newClaimsPassHistogram is vmlane_claims_pass_duration_seconds, registered
@@ -162,7 +168,7 @@ type nodeSource interface {
 // runClaims runs claimsSync until ctx ends. Without the VMClaim CRD
 // (manifests older than VM identity) it says so once and VM identity stays
 // node-local; it looks again every resync.
-func runClaims(ctx context.Context, dyn dynamic.Interface, c *config, subnet netip.Prefix, ctrl *routes.Controller, passTime prometheus.Observer, log *slog.Logger) {
+func runClaims(ctx context.Context, dyn dynamic.Interface, c *config, subnet netip.Prefix, ctrl *routes.Controller, passTime prometheus.Observer, notices *prometheus.CounterVec, log *slog.Logger) {
 	log = log.With("component", "claims")
 	opts := []leases.Option{leases.WithNode(c.NodeName), leases.WithVMHold(c.VMHoldTime)}
 	if s6 := c.PodCIDR6; s6.IsValid() {
@@ -188,6 +194,14 @@ func runClaims(ctx context.Context, dyn dynamic.Interface, c *config, subnet net
 		default:
 		}
 	}, log)
+	peerKick := make(chan struct{}, 1)
+	peerPoke := func() {
+		select {
+		case peerKick <- struct{}{}:
+		default:
+		}
+	}
+	var peersTried time.Time
 	defer func() {
 		if s.nd != nil {
 			s.nd.Close()
@@ -203,6 +217,7 @@ func runClaims(ctx context.Context, dyn dynamic.Interface, c *config, subnet net
 			return
 		case <-kick:
 		case <-heardKick:
+		case <-peerKick:
 		case <-poll.C:
 			st, err := os.Stat(c.LeaseFile)
 			same := err == nil && lastStat != nil && os.SameFile(st, lastStat) && st.ModTime().Equal(lastStat.ModTime()) &&
@@ -212,13 +227,22 @@ func runClaims(ctx context.Context, dyn dynamic.Interface, c *config, subnet net
 			}
 			// While a live migration waits for its guest, every poll
 			// looks at the bridge (a wake-up from watchFrames is the
-			// fast path; this is the one that cannot be missed).
-			if same && time.Since(lastPass) < claimsResync && s.awaited.empty() {
+			// fast path; this is the one that cannot be missed); while
+			// a move is known ahead of its claim, every poll sees
+			// whether it ran out.
+			if same && time.Since(lastPass) < claimsResync && s.awaited.empty() && !s.moves.pending() {
 				continue
 			}
 			lastStat = st
 		}
 		lastPass = time.Now()
+		// The key's Secret is optional, and the kubelet puts it in place
+		// within a minute or two of its creation: until then every
+		// resync looks for it.
+		if s.peers == nil && c.PeerKeyFile != "" && time.Since(peersTried) >= claimsResync {
+			peersTried = time.Now()
+			s.startPeers(ctx, notices, peerPoke)
+		}
 		s.pass(ctx)
 	}
 }
@@ -345,6 +369,14 @@ func (s *claimsSync) pass(ctx context.Context) {
 	for _, c := range conflicts {
 		s.warnOnce(c.VM, "VM lease and VMClaim disagree; the claim is kept: "+c.String())
 	}
+	if s.takeHeard(acts, heard, time.Now()) {
+		// A migrated guest is heard here: the other nodes have been
+		// told, and this node routes it here before it updates the
+		// claim, which takes a round trip to the API server.
+		s.dataplane(file, routed, rerr, s.overlay(have), nil, start, false)
+		routed, rerr = s.hosts.List(s.c.Bridge)
+		start = time.Time{}
+	}
 	var owner types.UID
 	if n, err := s.ctrl.Node(s.c.NodeName); err == nil {
 		owner = n.UID
@@ -362,6 +394,55 @@ func (s *claimsSync) pass(ctx context.Context) {
 		}
 		s.log.Info("VMClaim", "action", a.String())
 	}
+	s.dataplane(file, routed, rerr, s.overlay(have), done, start, true)
+}
+
+// overlay is have with the moves this node knows ahead of their claims
+// (peerMoves.overlay); the claims it shows otherwise than the last pass
+// are checked again.
+func (s *claimsSync) overlay(have []claim) []claim {
+	return s.moves.overlay(have, time.Now(), func(vm string) {
+		if s.stale == nil {
+			s.stale = map[string]bool{}
+		}
+		s.stale[vm] = true
+	}, func(vm string, mv peerMove) {
+		if mv.Node == s.c.NodeName {
+			s.log.Warn("live migration: this node heard the guest but could not update its VMClaim within the notices' hold time; the VM is routed as its claim says until an update is made", "vm", vm, "pod", mv.Pod, "hold", peerHold)
+		} else {
+			s.log.Warn("live-migration notice: the VM's claim did not follow it within its hold time; the VM is routed as its claim says again (a migration whose target failed, or a node sending notices it should not)", "vm", vm, "node", mv.Node, "pod", mv.Pod, "hold", peerHold)
+		}
+		if s.peers != nil {
+			s.peers.count("lapsed")
+		}
+	})
+}
+
+// takeHeard has this node take, ahead of their updates, the claims of the
+// migrated guests it heard (acts' updates of heard VMs that name this
+// node), and tells the other nodes so (peers). It reports whether there
+// were any.
+func (s *claimsSync) takeHeard(acts []claimAction, heard map[string]bool, now time.Time) bool {
+	took := false
+	for _, a := range acts {
+		if a.Op != "update" || !heard[a.VM] || a.Status.Node != s.c.NodeName || a.Status.Pod == "" {
+			continue
+		}
+		took = true
+		s.moves.add(a.VM, peerMove{Node: s.c.NodeName, Pod: a.Status.Pod, RV: a.ResourceVersion, Until: now.Add(peerHold)})
+		if s.peers != nil {
+			go s.peers.send(peer.Notice{From: s.c.NodeName, VM: a.VM, Pod: a.Status.Pod, ResourceVersion: a.ResourceVersion, Sent: now.UnixMilli()})
+		}
+	}
+	return took
+}
+
+// dataplane applies the claims (have, and done: the calls this pass made)
+// to the node: the bridge's host routes, the route controller's VMs, the
+// addresses lent and their NDP proxies, the table of VMs away, the
+// answers to guests that moved in, and (final) the plugin's copy. A start
+// that is not zero is when the pass began, for its histogram.
+func (s *claimsSync) dataplane(file *leases.File, routed []netip.Prefix, rerr error, have []claim, done []claimAction, start time.Time, final bool) {
 	// The bridge's host routes follow the claims as they are now: a VM
 	// whose claim this pass took (a migration's guest heard here) gets
 	// its host route at once, one claimed elsewhere loses it.
@@ -389,13 +470,63 @@ func (s *claimsSync) pass(ctx context.Context) {
 	// copy of the claims comes last: it is written with two fsyncs, which
 	// a live migration's home node waited for before.
 	s.ctrl.SetVMs(vms)
-	if s.passTime != nil {
+	if s.passTime != nil && !start.IsZero() {
 		s.passTime.Observe(time.Since(start).Seconds())
 	}
 	s.proxyLent(lent)
 	s.awayLent(lent, movedInPorts(file))
 	s.answerMovedIn(movedInGuests(file))
-	s.writeMirror(mirror, !filtered)
+	if final {
+		s.writeMirror(mirror, !filtered)
+	}
+}
+
+// startPeers opens this node's end of the live-migration notices when
+// --peer-key-file names a key, and hands the notices it takes to the
+// claims passes, calling poke for each. Without the file (the Secret is
+// optional) or with a bad one it says so once, and the routes move by the
+// claims alone until a later call finds it.
+func (s *claimsSync) startPeers(ctx context.Context, notices *prometheus.CounterVec, poke func()) {
+	if s.c.PeerKeyFile == "" {
+		return
+	}
+	const without = "no live-migration notices yet: a migrated VM's routes move when its claim's update reaches each node; "
+	key, err := peer.ReadKey(s.c.PeerKeyFile)
+	if errors.Is(err, os.ErrNotExist) {
+		s.warnOnce("--peer-key-file", without+"the key file "+s.c.PeerKeyFile+" is not there (the Secret vmlane-peer: docs/vm-identity.md); looking again every "+claimsResync.String())
+		return
+	}
+	if err != nil {
+		s.warnOnce("--peer-key-file", without+err.Error())
+		return
+	}
+	self, ok := s.node(s.c.NodeName)
+	if !ok {
+		s.warnOnce("--peer-key-file", without+"this node's Node is not in the cache")
+		return
+	}
+	p, err := openPeers(key, uint16(s.c.PeerPort), self, s.ctrl.Nodes, notices, s.log)
+	if err != nil {
+		s.warnOnce("--peer-key-file", without+err.Error())
+		return
+	}
+	s.peers = p
+	p.serve(ctx, func(n peer.Notice, src netip.Addr) error { return s.takeNotice(n, src, poke) })
+	s.log.Info("live-migration notices: a migration's target tells the other nodes at once", "port", s.c.PeerPort)
+}
+
+// takeNotice is what the node does with a notice its key opened, which
+// came from src: if it takes it (noticeFrom), the claims passes use it
+// from the next, which poke wakes.
+func (s *claimsSync) takeNotice(n peer.Notice, src netip.Addr, poke func()) error {
+	now := time.Now()
+	if err := noticeFrom(n, src, s.c.NodeName, s.node, now); err != nil {
+		return err
+	}
+	s.moves.add(n.VM, peerMove{Node: n.From, Pod: n.Pod, RV: n.ResourceVersion, Until: now.Add(peerHold)})
+	poke()
+	s.log.Info("live-migration notice: the VM's routes move ahead of its claim", "vm", n.VM, "node", n.From, "pod", n.Pod, "claim", n.ResourceVersion)
+	return nil
 }
 
 // leaseVMs names the VMs of f's leases (none for a nil f).
@@ -679,7 +810,9 @@ func (s *claimsSync) nodeUp(name string) bool {
 	return ok && n.Ready
 }
 
-// node is the Node called name as the route controller's cache has it.
+// node is the Node called name as the route controller's cache has it,
+// with its addresses as the controller reads them (the
+// --node-ip-annotation address first): where its notices come from.
 func (s *claimsSync) node(name string) (routes.Node, bool) {
 	if s.nodes != nil {
 		return s.nodes.Node(name)
@@ -688,7 +821,7 @@ func (s *claimsSync) node(name string) (routes.Node, bool) {
 	if err != nil {
 		return routes.Node{}, false
 	}
-	return routes.FromNode(n, ""), true
+	return routes.FromNode(n, s.c.NodeIPAnnotation), true
 }
 
 // nodesGen changes when a Node changes in a way node reports.

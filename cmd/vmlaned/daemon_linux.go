@@ -94,7 +94,7 @@ func (l *linuxNode) controller(ctx context.Context, client kubernetes.Interface,
 	if dyn, err := dynamicClient(c.Kubeconfig); err != nil {
 		l.log.Warn("no client for VMClaims: VMs keep their addresses on this node only", "err", err)
 	} else {
-		go runClaims(ctx, dyn, c, l.subnet, ctrl, newClaimsPassHistogram(reg), l.log)
+		go runClaims(ctx, dyn, c, l.subnet, ctrl, newClaimsPassHistogram(reg), newPeerNoticesCounter(reg), l.log)
 	}
 	return ctrl, nil
 }

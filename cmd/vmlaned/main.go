@@ -29,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vmlane/vmlane/internal/peer"
 	"github.com/vmlane/vmlane/internal/ra"
 	"github.com/vmlane/vmlane/internal/version"
 	"github.com/vmlane/vmlane/leases"
@@ -76,6 +77,11 @@ type config struct {
 	BGPRouterID     netip.Addr
 	BGPPasswordFile string
 	BGPMaxPrefixes  uint32
+	// PeerKeyFile is the cluster's key of live-migration notices (a
+	// Secret's key, mounted; empty or absent: no notices), PeerPort
+	// their UDP port (peers.go).
+	PeerKeyFile string
+	PeerPort    int
 	// Announcer is the BGP speaker the route controller tells what to
 	// announce (set at start in bgp mode).
 	Announcer     routes.Announcer
@@ -160,6 +166,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil
 	})
 	fs.StringVar(&c.BGPPasswordFile, "bgp-password-file", "", "--cross-subnet=bgp: a file holding the TCP MD5 password of every session (a Secret's key, mounted)")
+	fs.StringVar(&c.PeerKeyFile, "peer-key-file", "", "a file holding the cluster's key of live-migration notices (a Secret's key, mounted; at least 32 bytes): a migration's target tells every other node at once, ahead of the VM's claim; without the file, routes move by the claim alone")
+	fs.IntVar(&c.PeerPort, "peer-port", peer.DefaultPort, "the UDP port of live-migration notices, on each node's address (--peer-key-file)")
 	fs.IntVar(&c.VXLANVNI, "vxlan-vni", routes.DefaultVXLANVNI, "--cross-subnet=vxlan: the VXLAN network identifier (flannel uses 1, Calico 4096)")
 	fs.IntVar(&c.VXLANPort, "vxlan-port", routes.DefaultVXLANPort, "--cross-subnet=vxlan: the VXLAN UDP port (flannel uses 8472)")
 	fs.IntVar(&c.RouteProtocol, "route-protocol", routes.DefaultProtocol, "route protocol number that marks vmlane's routes")
@@ -301,6 +309,12 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	if c.BGPPasswordFile != "" && !filepath.IsAbs(c.BGPPasswordFile) {
 		return nil, fmt.Errorf("invalid --bgp-password-file %q: want an absolute path", c.BGPPasswordFile)
 	}
+	if c.PeerKeyFile != "" && !filepath.IsAbs(c.PeerKeyFile) {
+		return nil, fmt.Errorf("invalid --peer-key-file %q: want an absolute path", c.PeerKeyFile)
+	}
+	if c.PeerPort < 1 || c.PeerPort > 65535 {
+		return nil, fmt.Errorf("invalid --peer-port %d: want 1-65535", c.PeerPort)
+	}
 	if c.VXLANVNI < 1 || c.VXLANVNI > 1<<24-1 {
 		return nil, fmt.Errorf("invalid --vxlan-vni %d: want 1-16777215", c.VXLANVNI)
 	}
@@ -376,6 +390,7 @@ var fullModeOnly = map[string]bool{
 	"anti-spoof": true, "anti-spoof-period": true, "cni-conf-dir": true, "vm-cni-conf-dir": true, "cni-version": true,
 	"bridge": true, "lease-file": true, "mtu": true, "lease-time": true, "vm-hold-time": true, "dns": true, "search": true, "domain": true, "dhcp-range": true,
 	"vmnet-plist": true, "pf-anchor": true, "vmnet-network-file": true, "vmnet-state-file": true, "bootpd-plist": true, "bootpd-ignore-client-id": true,
+	"peer-key-file": true, "peer-port": true,
 }
 
 // peerList is the repeatable --bgp-peer flag.

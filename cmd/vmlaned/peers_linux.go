@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vmlane/vmlane/internal/peer"
+	"github.com/vmlane/vmlane/routes"
+)
+
+// peerLink is this node's end of the live-migration notices (peers.go): a
+// UDP socket on the node's address of each family, bound so that what it
+// sends comes from an address of this Node, which is what receivers
+// check; the cluster's key; and the Nodes to send to.
+type peerLink struct {
+	key   []byte
+	port  uint16
+	self  string
+	conns []*net.UDPConn // one per family the node has an address of
+	nodes func() []routes.Node
+	log   *slog.Logger
+	// notices counts the notices read, by what came of them.
+	notices *prometheus.CounterVec
+}
+
+// newPeerNoticesCounter is vmlane_peer_notices_total, registered with reg.
+func newPeerNoticesCounter(reg prometheus.Registerer) *prometheus.CounterVec {
+	v := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vmlane_peer_notices_total",
+		Help: "Live-migration notices from other nodes, by result: taken, refused (by whom or when it was sent), bad (its MAC or format); lapsed counts the moves, taken or this node's own, whose claims did not follow within the hold time."}, []string{"result"})
+	reg.MustRegister(v)
+	return v
+}
+
+// openPeers binds the notices' sockets to self's addresses (the first of
+// each family, as the route controller reads them) at port.
+func openPeers(key []byte, port uint16, self routes.Node, nodes func() []routes.Node, notices *prometheus.CounterVec, log *slog.Logger) (*peerLink, error) {
+	p := &peerLink{key: key, port: port, self: self.Name, nodes: nodes, notices: notices, log: log}
+	for _, v4 := range []bool{true, false} {
+		a, ok := firstAddr(self.Addrs, v4)
+		if !ok {
+			continue
+		}
+		conn, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(a, port)))
+		if err != nil {
+			p.close()
+			return nil, fmt.Errorf("live-migration notices (--peer-port): %w", err)
+		}
+		p.conns = append(p.conns, conn)
+	}
+	if len(p.conns) == 0 {
+		return nil, fmt.Errorf("live-migration notices: node %s has no address to receive them on", self.Name)
+	}
+	return p, nil
+}
+
+func firstAddr(addrs []netip.Addr, v4 bool) (netip.Addr, bool) {
+	for _, a := range addrs {
+		if a.Is4() == v4 {
+			return a, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+func (p *peerLink) close() {
+	for _, c := range p.conns {
+		c.Close()
+	}
+}
+
+// send tells every other Node n, at its first address of a family this
+// node has a socket of. It does not wait for anything: UDP, and a notice
+// lost is a migration whose routes move by the API path.
+func (p *peerLink) send(n peer.Notice) {
+	b, err := peer.Seal(p.key, n)
+	if err != nil {
+		p.log.Warn("live-migration notice: its claim's update alone moves the VM", "vm", n.VM, "err", err)
+		return
+	}
+	sent, failed := 0, 0
+	for _, node := range p.nodes() {
+		if node.Name == p.self {
+			continue
+		}
+		for _, c := range p.conns {
+			to, ok := firstAddr(node.Addrs, c.LocalAddr().(*net.UDPAddr).IP.To4() != nil)
+			if !ok {
+				continue
+			}
+			if _, err := c.WriteToUDPAddrPort(b, netip.AddrPortFrom(to, p.port)); err != nil {
+				failed++
+				p.log.Debug("live-migration notice", "node", node.Name, "to", to, "err", err)
+			} else {
+				sent++
+			}
+			break
+		}
+	}
+	p.log.Debug("live-migration notices sent", "vm", n.VM, "rv", n.ResourceVersion, "nodes", sent, "failed", failed)
+}
+
+// serve reads notices until ctx ends and hands each that opens with the
+// key to take, which says whether it took it.
+func (p *peerLink) serve(ctx context.Context, take func(peer.Notice, netip.Addr) error) {
+	go func() {
+		<-ctx.Done()
+		p.close()
+	}()
+	for _, c := range p.conns {
+		go func(c *net.UDPConn) {
+			buf := make([]byte, peer.MaxSize+1)
+			for {
+				n, src, err := c.ReadFromUDPAddrPort(buf)
+				if err != nil {
+					if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+						return
+					}
+					p.log.Warn("reading live-migration notices", "err", err)
+					time.Sleep(time.Second)
+					continue
+				}
+				notice, err := peer.Open(p.key, buf[:n])
+				if err != nil {
+					p.count("bad")
+					p.log.Debug("live-migration notice refused", "from", src, "err", err)
+					continue
+				}
+				if err := take(notice, src.Addr()); err != nil {
+					p.count("refused")
+					p.log.Info("live-migration notice refused", "from", src, "err", err)
+					continue
+				}
+				p.count("taken")
+			}
+		}(c)
+	}
+}
+
+func (p *peerLink) count(result string) {
+	if p.notices != nil {
+		p.notices.WithLabelValues(result).Inc()
+	}
+}

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/vmlane/vmlane/internal/peer"
+	"github.com/vmlane/vmlane/routes"
+)
+
+// TestPeerNotices: node-b's notice that VM default/web runs there reaches
+// node-c over UDP (loopback addresses stand for the nodes' own), and
+// node-c's claims then route web to node-b before the claim says so; the
+// claim's update ends it. A notice from an address that is not the
+// sender's Node's, and one under another key, change nothing and are
+// counted.
+func TestPeerNotices(t *testing.T) {
+	key := []byte("0123456789abcdef0123456789abcdef")
+	nodes := testNodes("node-a", "node-b", "node-c")
+	for i, n := range []string{"node-a", "node-b", "node-c"} {
+		x := nodes.byName[n]
+		x.Addrs = []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, byte(i + 1)})}
+		nodes.byName[n] = x
+	}
+	list := func() []routes.Node {
+		return []routes.Node{nodes.byName["node-a"], nodes.byName["node-b"], nodes.byName["node-c"]}
+	}
+	port := freeUDPPort(t, "127.0.0.3")
+	log := slog.New(slog.DiscardHandler)
+	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+	put := func(rv, node, pod string) {
+		o := &unstructured.Unstructured{Object: map[string]any{
+			"metadata": map[string]any{"name": "web", "namespace": "default", "resourceVersion": rv, "creationTimestamp": "2026-11-28T12:00:00Z"},
+			"status":   map[string]any{"ipv4": "10.244.1.5/24", "mac": "02:76:0a:f4:01:05", "node": node, "pod": pod, "home": "node-a"},
+		}}
+		if err := store.Update(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("10", "node-a", "default/web-a")
+	s := &claimsSync{c: &config{NodeName: "node-c", ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}},
+		claims: store, warned: map[string]string{}, nodes: nodes, log: log}
+	routed := func() []string {
+		vms, _, _ := s.apply(s.overlay(s.list()))
+		var out []string
+		for _, v := range vms {
+			out = append(out, v.Name+"@"+v.Node)
+		}
+		return out
+	}
+	if got := routed(); !slices.Equal(got, []string{"default/web@node-a"}) {
+		t.Fatalf("before any notice: %v", got)
+	}
+
+	counted := newPeerNoticesCounter(prometheus.NewRegistry())
+	recv, err := openPeers(key, port, nodes.byName["node-c"], list, counted, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	poked := make(chan struct{}, 8)
+	recv.serve(ctx, func(n peer.Notice, src netip.Addr) error { return s.takeNotice(n, src, func() { poked <- struct{}{} }) })
+
+	notice := peer.Notice{From: "node-b", VM: "default/web", Pod: "default/web-b", ResourceVersion: "10", Sent: time.Now().UnixMilli()}
+	// Forged: node-b's name from node-a's address, and under another key.
+	forger, err := openPeers(key, port, routes.Node{Name: "node-b", Addrs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}}, list, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer forger.close()
+	forger.send(notice)
+	other, err := openPeers([]byte("another key of thirty-two bytes!"), port, nodes.byName["node-b"], list, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.send(notice)
+	other.close()
+	waitCount(t, counted, "refused", 1)
+	waitCount(t, counted, "bad", 1)
+	if got := routed(); !slices.Equal(got, []string{"default/web@node-a"}) {
+		t.Fatalf("after forged notices: %v", got)
+	}
+
+	sender, err := openPeers(key, port, nodes.byName["node-b"], list, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sender.close()
+	sender.send(notice)
+	select {
+	case <-poked:
+	case <-time.After(5 * time.Second):
+		t.Fatal("node-c took no notice within 5 s")
+	}
+	if n := testutil.ToFloat64(counted.WithLabelValues("taken")); n != 1 {
+		t.Errorf("taken %v, want 1", n)
+	}
+	if got := routed(); !slices.Equal(got, []string{"default/web@node-b"}) {
+		t.Errorf("after node-b's notice: %v", got)
+	}
+	// The claim's update comes (here, as the notice had it): the move is
+	// done with, and the claim says where web is.
+	put("11", "node-b", "default/web-b")
+	if got := routed(); !slices.Equal(got, []string{"default/web@node-b"}) || s.moves.pending() {
+		t.Errorf("after the update: %v, moves %v", got, s.moves.moves)
+	}
+}
+
+// TestTakeHeard: the pass that hears a migrated guest takes the claim for
+// its node ahead of the update, and sends every other node a notice of
+// it; nothing else it plans (a VM not heard, a claim created) does either.
+func TestTakeHeard(t *testing.T) {
+	key := []byte("0123456789abcdef0123456789abcdef")
+	nodes := testNodes("node-a", "node-b")
+	for i, n := range []string{"node-a", "node-b"} {
+		x := nodes.byName[n]
+		x.Addrs = []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, byte(i + 1)})}
+		nodes.byName[n] = x
+	}
+	list := func() []routes.Node { return []routes.Node{nodes.byName["node-a"], nodes.byName["node-b"]} }
+	port := freeUDPPort(t, "127.0.0.1")
+	log := slog.New(slog.DiscardHandler)
+	recv, err := openPeers(key, port, nodes.byName["node-a"], list, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := make(chan peer.Notice, 4)
+	recv.serve(ctx, func(n peer.Notice, _ netip.Addr) error { got <- n; return nil })
+	sender, err := openPeers(key, port, nodes.byName["node-b"], list, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sender.close()
+	s := &claimsSync{c: &config{NodeName: "node-b"}, peers: sender, log: log}
+
+	now := time.Now()
+	acts := []claimAction{
+		{Op: "update", VM: "default/web", ResourceVersion: "10", Status: claimStatus{Node: "node-b", Pod: "default/web-b"}},
+		{Op: "update", VM: "default/db", ResourceVersion: "20", Status: claimStatus{Node: "node-b", Pod: "default/db-b"}},
+		{Op: "create", VM: "default/new", Status: claimStatus{Node: "node-b", Pod: "default/new-b"}},
+	}
+	if !s.takeHeard(acts, map[string]bool{"default/web": true}, now) {
+		t.Fatal("took no claim")
+	}
+	if s.takeHeard(acts[1:], map[string]bool{"default/web": true}, now) {
+		t.Error("took a claim it did not hear")
+	}
+	want := peerMove{Node: "node-b", Pod: "default/web-b", RV: "10", Until: now.Add(peerHold)}
+	if mv := s.moves.moves; len(mv) != 1 || mv["default/web"] != want {
+		t.Errorf("moves %+v, want web's only, %+v", mv, want)
+	}
+	select {
+	case n := <-got:
+		if n.From != "node-b" || n.VM != "default/web" || n.Pod != "default/web-b" || n.ResourceVersion != "10" || n.Sent != now.UnixMilli() {
+			t.Errorf("notice %+v", n)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("node-a got no notice within 5 s")
+	}
+	select {
+	case n := <-got:
+		t.Errorf("a second notice: %+v", n)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// freeUDPPort is a UDP port free on addr just now.
+func freeUDPPort(t *testing.T, addr string) uint16 {
+	t.Helper()
+	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(addr), 0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).AddrPort().Port()
+}
+
+func waitCount(t *testing.T, v *prometheus.CounterVec, result string, want float64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for testutil.ToFloat64(v.WithLabelValues(result)) < want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s notices: %v, want %v", result, testutil.ToFloat64(v.WithLabelValues(result)), want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
