@@ -101,19 +101,31 @@ func container(ds *appsv1.DaemonSet, name string) corev1.Container {
 	return corev1.Container{}
 }
 
-// The defaults: everything manifests/ has, no more; the image is the
-// chart's appVersion.
+// The defaults: everything manifests/ has, and the Secret of the
+// live-migration notices' key, which manifests/ cannot ship (one key for
+// every cluster would be no key); the image is the chart's appVersion.
 func TestDefaults(t *testing.T) {
 	objs := mustTemplate(t)
-	want := []string{"ClusterRole/vmlane", "ClusterRoleBinding/vmlane", "DaemonSet/vmlane", "ServiceAccount/vmlane",
+	want := []string{"ClusterRole/vmlane", "ClusterRoleBinding/vmlane", "DaemonSet/vmlane", "Secret/vmlane-peer", "ServiceAccount/vmlane",
 		"ValidatingAdmissionPolicy/vmlane-vmclaims", "ValidatingAdmissionPolicyBinding/vmlane-vmclaims"}
 	if got := objs.names(); !slices.Equal(got, want) {
 		t.Errorf("objects %v, want %v (no Namespace: Helm installs into one that exists)", got, want)
 	}
+	var secret corev1.Secret
+	if err := yaml.Unmarshal(objs["Secret/vmlane-peer"], &secret); err != nil {
+		t.Fatal(err)
+	}
+	if key := secret.Data["key"]; len(key) < 32 {
+		t.Errorf("the peer key %q: want at least 32 bytes", key)
+	}
+	if again := mustTemplate(t); bytes.Equal(again["Secret/vmlane-peer"], objs["Secret/vmlane-peer"]) {
+		t.Error("two renders made the same peer key: it is not random")
+	}
 	ds := objs.daemonSet(t, "vmlane")
 	c := container(ds, "vmlaned")
 	wantArgs := []string{"--node-name=$(NODE_NAME)", "--cni-conf-dir=/etc/cni/net.d", "--vm-cni-conf-dir=/etc/cni/vmlane-vm.d",
-		"--lease-file=/var/lib/vmlane/leases.json", "--health-addr=127.0.0.1:9465", "--metrics-addr=127.0.0.1:9464"}
+		"--lease-file=/var/lib/vmlane/leases.json", "--health-addr=127.0.0.1:9465", "--metrics-addr=127.0.0.1:9464",
+		"--peer-key-file=/etc/vmlane/peer/key"}
 	if !slices.Equal(c.Args, wantArgs) {
 		t.Errorf("vmlaned args %q, want %q", c.Args, wantArgs)
 	}
@@ -145,6 +157,7 @@ func TestValues(t *testing.T) {
 		"--set", "antiSpoof=false,mtu=1400,vmHoldTime=48h,healthPort=19465,metricsPort=19464,iptablesMode=legacy",
 		"--set", "crossSubnet.mode=bgp,crossSubnet.bgp.asn=64513,crossSubnet.bgp.peers={10.0.0.1:64512,[fd00::1]:64512},crossSubnet.bgp.passwordSecret=vmlane-bgp,crossSubnet.bgp.maxPrefixes=50",
 		"--set", "extraArgs={--resync-period=1m}",
+		"--set", "migration.peerKeySecret=cluster-peer-key,migration.createPeerKey=false,migration.peerPort=19466",
 		"--set", "cni.binDir=/var/lib/rancher/k3s/data/current/bin,cni.confDir=/var/lib/rancher/k3s/agent/etc/cni/net.d",
 		"--set", "tolerations=null,resources.limits.memory=256Mi")
 	ds := objs.daemonSet(t, "vmlane")
@@ -157,7 +170,7 @@ func TestValues(t *testing.T) {
 		"--bgp-max-prefixes=50", "--bgp-password-file=/etc/vmlane/bgp/password",
 		"--anti-spoof=false", "--mtu=1400", "--vm-hold-time=48h",
 		"--dns=10.96.0.10", "--search=svc.cluster.local,cluster.local", "--domain=cluster.local",
-		"--resync-period=1m",
+		"--resync-period=1m", "--peer-key-file=/etc/vmlane/peer/key", "--peer-port=19466",
 	} {
 		if !slices.Contains(c.Args, want) {
 			t.Errorf("vmlaned args %q lack %s", c.Args, want)
@@ -184,6 +197,12 @@ func TestValues(t *testing.T) {
 	}
 	if v := vols["bgp-secret"]; v.Secret == nil || v.Secret.SecretName != "vmlane-bgp" {
 		t.Errorf("bgp-secret volume %+v", v)
+	}
+	if v := vols["peer-key"]; v.Secret == nil || v.Secret.SecretName != "cluster-peer-key" || v.Secret.Optional == nil || !*v.Secret.Optional {
+		t.Errorf("peer-key volume %+v, want the Secret cluster-peer-key, optional", v)
+	}
+	if _, ok := objs["Secret/cluster-peer-key"]; ok {
+		t.Error("createPeerKey=false made the Secret")
 	}
 	if v := vols["cni-bin"]; v.HostPath == nil || v.HostPath.Path != "/var/lib/rancher/k3s/data/current/bin" {
 		t.Errorf("cni-bin volume %+v", v)
@@ -258,6 +277,8 @@ func TestSchemaRefuses(t *testing.T) {
 		{"crossSubnet.bgp.peers={10.0.0.1}", "/crossSubnet/bgp/peers/0"},
 		{"iptablesMode=both", "/iptablesMode"},
 		{"vmHoldTime=2days", "/vmHoldTime"},
+		{"migration.peerPort=0", "/migration/peerPort"},
+		{"migration.peerKeySecret=Peer_Key", "/migration/peerKeySecret"},
 		{"extraArgs={resync}", "/extraArgs/0"},
 		{"noSuchValue=1", "noSuchValue"},
 	} {

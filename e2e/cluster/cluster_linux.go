@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net/netip"
@@ -162,7 +164,19 @@ func newCluster(tb testing.TB, o Options, commands ...string) *Cluster {
 	if o.VMTimeout == 0 {
 		o.VMTimeout = 10 * time.Minute
 	}
-	return &Cluster{Opts: o, tb: tb, guest: guest, bins: bins, dir: tb.TempDir(), KubectlPath: bins.Kubectl}
+	c := &Cluster{Opts: o, tb: tb, guest: guest, bins: bins, dir: tb.TempDir(), KubectlPath: bins.Kubectl}
+	// The key of the live-migration notices the nodes' vmlaned send one
+	// another (--peer-key-file), as the Secret vmlane-peer holds it in a
+	// cluster of real nodes.
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		tb.Fatal(err)
+	}
+	c.peerKeyFile = filepath.Join(c.dir, "peer-key")
+	if err := os.WriteFile(c.peerKeyFile, []byte(hex.EncodeToString(key)+"\n"), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return c
 }
 
 // startControlPlane makes the switch and starts the control plane on it
@@ -219,6 +233,8 @@ type Cluster struct {
 	guest testvm.Guest
 	bins  controlplane.Binaries
 	dir   string
+	// peerKeyFile is the nodes' --peer-key-file.
+	peerKeyFile string
 }
 
 // New builds the cluster: switch, control plane, manifests applied, the

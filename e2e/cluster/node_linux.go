@@ -92,6 +92,7 @@ func (n *Node) DaemonArgs() []string {
 		"--cni-conf-dir", n.ConfDir(), "--lease-file", n.LeaseFile(),
 		"--dns", "10.96.0.10", "--search", "default.svc.cluster.local", "--domain", "cluster.local",
 		"--resync-period", "10s",
+		"--peer-key-file", n.c.peerKeyFile,
 	}, slices.Concat(n.c.Opts.DaemonArgs, n.ExtraArgs)...)
 }
 

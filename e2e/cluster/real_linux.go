@@ -65,9 +65,16 @@ func NewReal(tb testing.TB, o Options) *Cluster {
 	return c
 }
 
-// ApplyOverlay applies the manifests through Options.Overlay.
+// ApplyOverlay makes the live-migration notices' key, as docs/install.md
+// has a user of manifests/ make it (the Secret vmlane-peer, the cluster's
+// random key), then applies the manifests through Options.Overlay.
 func (c *Cluster) ApplyOverlay(tb testing.TB) {
 	tb.Helper()
+	c.step("the live-migration notices' key: the Secret vmlane-system/vmlane-peer")
+	c.Apply(tb, "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: vmlane-system\n")
+	if out, err := c.Kubectl("-n", "vmlane-system", "create", "secret", "generic", "vmlane-peer", "--from-file=key="+c.peerKeyFile); err != nil && !strings.Contains(out, "already exists") {
+		tb.Fatalf("creating the Secret vmlane-peer: %v\n%s", err, out)
+	}
 	c.step("manifests: kubectl apply --server-side -k %s", c.Opts.Overlay)
 	c.MustKubectl(tb, "apply", "--server-side", "-k", c.Opts.Overlay)
 }

@@ -31,7 +31,7 @@ func TestHelmTakesOver(t *testing.T) {
 	}
 	// Adoption: Helm takes over objects that carry its label and the
 	// release's annotations, and refuses any other that it would make.
-	for _, obj := range []string{"serviceaccount/vmlane", "daemonset/vmlane"} {
+	for _, obj := range []string{"serviceaccount/vmlane", "daemonset/vmlane", "secret/vmlane-peer"} {
 		c.MustKubectl(t, "-n", "vmlane-system", "label", "--overwrite", obj, "app.kubernetes.io/managed-by=Helm")
 		c.MustKubectl(t, "-n", "vmlane-system", "annotate", "--overwrite", obj, "meta.helm.sh/release-name=vmlane", "meta.helm.sh/release-namespace=vmlane-system")
 	}
