@@ -146,6 +146,9 @@ type claimsSync struct {
 	// the other nodes (nil: no --peer-key-file).
 	moves peerMoves
 	peers *peerLink
+	// notices counts the notices by what came of them, and the moves
+	// that lapsed (nil: not counted).
+	notices *prometheus.CounterVec
 }
 
 // newClaimsPassHistogram is vmlane_claims_pass_duration_seconds, registered
@@ -369,11 +372,15 @@ func (s *claimsSync) pass(ctx context.Context) {
 	for _, c := range conflicts {
 		s.warnOnce(c.VM, "VM lease and VMClaim disagree; the claim is kept: "+c.String())
 	}
-	if s.takeHeard(acts, heard, time.Now()) {
-		// A migrated guest is heard here: the other nodes have been
-		// told, and this node routes it here before it updates the
-		// claim, which takes a round trip to the API server.
-		s.dataplane(file, routed, rerr, s.overlay(have), nil, start, false)
+	if notices := s.takeHeard(acts, heard, time.Now()); len(notices) > 0 {
+		// A migrated guest is heard here: this node routes it here, then
+		// tells the other nodes, before it updates the claim, which
+		// takes a round trip to the API server and a watch to each.
+		s.dataplane(file, routed, rerr, s.overlay(have), nil, start, func() {
+			if s.peers != nil {
+				go s.peers.send(notices)
+			}
+		})
 		routed, rerr = s.hosts.List(s.c.Bridge)
 		start = time.Time{}
 	}
@@ -394,7 +401,7 @@ func (s *claimsSync) pass(ctx context.Context) {
 		}
 		s.log.Info("VMClaim", "action", a.String())
 	}
-	s.dataplane(file, routed, rerr, s.overlay(have), done, start, true)
+	s.dataplane(file, routed, rerr, s.overlay(have), done, start, nil)
 }
 
 // overlay is have with the moves this node knows ahead of their claims
@@ -412,37 +419,39 @@ func (s *claimsSync) overlay(have []claim) []claim {
 		} else {
 			s.log.Warn("live-migration notice: the VM's claim did not follow it within its hold time; the VM is routed as its claim says again (a migration whose target failed, or a node sending notices it should not)", "vm", vm, "node", mv.Node, "pod", mv.Pod, "hold", peerHold)
 		}
-		if s.peers != nil {
-			s.peers.count("lapsed")
+		if s.notices != nil {
+			s.notices.WithLabelValues("lapsed").Inc()
 		}
 	})
 }
 
 // takeHeard has this node take, ahead of their updates, the claims of the
 // migrated guests it heard (acts' updates of heard VMs that name this
-// node), and tells the other nodes so (peers). It reports whether there
-// were any.
-func (s *claimsSync) takeHeard(acts []claimAction, heard map[string]bool, now time.Time) bool {
-	took := false
+// node), and returns the notices that tell the other nodes so: one for
+// each move that is news (a pass that plans the same update again, its
+// last one failed, takes and tells nothing more; the move's hold counts
+// from the first).
+func (s *claimsSync) takeHeard(acts []claimAction, heard map[string]bool, now time.Time) []peer.Notice {
+	var notices []peer.Notice
 	for _, a := range acts {
 		if a.Op != "update" || !heard[a.VM] || a.Status.Node != s.c.NodeName || a.Status.Pod == "" {
 			continue
 		}
-		took = true
-		s.moves.add(a.VM, peerMove{Node: s.c.NodeName, Pod: a.Status.Pod, RV: a.ResourceVersion, Until: now.Add(peerHold)})
-		if s.peers != nil {
-			go s.peers.send(peer.Notice{From: s.c.NodeName, VM: a.VM, Pod: a.Status.Pod, ResourceVersion: a.ResourceVersion, Sent: now.UnixMilli()})
+		if s.moves.add(a.VM, peerMove{Node: s.c.NodeName, Pod: a.Status.Pod, RV: a.ResourceVersion, Until: now.Add(peerHold)}) {
+			notices = append(notices, peer.Notice{From: s.c.NodeName, VM: a.VM, Pod: a.Status.Pod, ResourceVersion: a.ResourceVersion, Sent: now.UnixMilli()})
 		}
 	}
-	return took
+	return notices
 }
 
 // dataplane applies the claims (have, and done: the calls this pass made)
 // to the node: the bridge's host routes, the route controller's VMs, the
 // addresses lent and their NDP proxies, the table of VMs away, the
-// answers to guests that moved in, and (final) the plugin's copy. A start
-// that is not zero is when the pass began, for its histogram.
-func (s *claimsSync) dataplane(file *leases.File, routed []netip.Prefix, rerr error, have []claim, done []claimAction, start time.Time, final bool) {
+// answers to guests that moved in, and the plugin's copy. A start that is
+// not zero is when the pass began, for its histogram. afterRoutes, when
+// not nil, is called once the route controller has the VMs, and the copy
+// is left to the pass's second call.
+func (s *claimsSync) dataplane(file *leases.File, routed []netip.Prefix, rerr error, have []claim, done []claimAction, start time.Time, afterRoutes func()) {
 	// The bridge's host routes follow the claims as they are now: a VM
 	// whose claim this pass took (a migration's guest heard here) gets
 	// its host route at once, one claimed elsewhere loses it.
@@ -473,10 +482,16 @@ func (s *claimsSync) dataplane(file *leases.File, routed []netip.Prefix, rerr er
 	if s.passTime != nil && !start.IsZero() {
 		s.passTime.Observe(time.Since(start).Seconds())
 	}
+	if afterRoutes != nil {
+		afterRoutes()
+	}
 	s.proxyLent(lent)
 	s.awayLent(lent, movedInPorts(file))
 	s.answerMovedIn(movedInGuests(file))
-	if final {
+	// The plugin's copy has the claims as the API does: a move known
+	// ahead of its claim (peers.go) routes the VM, but is not written
+	// for the plugin; the pass after its claim's update writes it.
+	if afterRoutes == nil && !s.moves.showing() {
 		s.writeMirror(mirror, !filtered)
 	}
 }
@@ -505,6 +520,7 @@ func (s *claimsSync) startPeers(ctx context.Context, notices *prometheus.Counter
 		s.warnOnce("--peer-key-file", without+"this node's Node is not in the cache")
 		return
 	}
+	s.notices = notices
 	p, err := openPeers(key, uint16(s.c.PeerPort), self, s.ctrl.Nodes, notices, s.log)
 	if err != nil {
 		s.warnOnce("--peer-key-file", without+err.Error())
@@ -516,16 +532,24 @@ func (s *claimsSync) startPeers(ctx context.Context, notices *prometheus.Counter
 }
 
 // takeNotice is what the node does with a notice its key opened, which
-// came from src: if it takes it (noticeFrom), the claims passes use it
-// from the next, which poke wakes.
+// came from src: if it takes it (noticeFrom, and a VM whose claim the
+// node has), the claims passes use it from the next, which poke wakes.
 func (s *claimsSync) takeNotice(n peer.Notice, src netip.Addr, poke func()) error {
 	now := time.Now()
 	if err := noticeFrom(n, src, s.c.NodeName, s.node, now); err != nil {
 		return err
 	}
-	s.moves.add(n.VM, peerMove{Node: n.From, Pod: n.Pod, RV: n.ResourceVersion, Until: now.Add(peerHold)})
-	poke()
-	s.log.Info("live-migration notice: the VM's routes move ahead of its claim", "vm", n.VM, "node", n.From, "pod", n.Pod, "claim", n.ResourceVersion)
+	// A move is kept only for a claim the node has (its version may be
+	// behind the notice's): the moves are at most one per claim.
+	if _, exists, err := s.claims.GetByKey(n.VM); err != nil || !exists {
+		return fmt.Errorf("notice of VM %s from node %s: this node has no VMClaim %s", n.VM, n.From, n.VM)
+	}
+	// One move, and one log line, a version of the claim: notices
+	// again of it (the target's, or replayed) change nothing.
+	if s.moves.add(n.VM, peerMove{Node: n.From, Pod: n.Pod, RV: n.ResourceVersion, Until: now.Add(peerHold)}) {
+		poke()
+		s.log.Info("live-migration notice: the VM's routes move ahead of its claim", "vm", n.VM, "node", n.From, "pod", n.Pod, "claim", n.ResourceVersion)
+	}
 	return nil
 }
 

@@ -39,10 +39,13 @@ const peerSkew = 5 * time.Second
 
 // peerMove is a claim as a notice (or this node, hearing the guest) has it
 // ahead of its update: the VM runs in pod Pod on node Node, as of the
-// claim's resourceVersion RV.
+// claim's resourceVersion RV, until Until. A move that ran out stays,
+// lapsed, until the claim changes: no notice of that version is taken
+// again.
 type peerMove struct {
 	Node, Pod, RV string
 	Until         time.Time
+	lapsed        bool
 }
 
 // peerMoves is the moves a node knows ahead of their claims. The notices'
@@ -54,35 +57,65 @@ type peerMoves struct {
 	shown map[string]peerMove
 }
 
-// add records a move of vm, replacing any it had.
-func (m *peerMoves) add(vm string, mv peerMove) {
+// add records a move of vm and reports whether it is news: a move of
+// another version of the claim than the one it had replaces it; one of
+// the same version keeps the first one's time (the hold counts from the
+// first notice of a version, however many come) and is news only when it
+// names another node or pod; one of a version whose move lapsed is not
+// taken.
+func (m *peerMoves) add(vm string, mv peerMove) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.moves == nil {
 		m.moves = map[string]peerMove{}
 	}
+	old, had := m.moves[vm]
+	if had && old.RV == mv.RV {
+		if old.lapsed || (old.Node == mv.Node && old.Pod == mv.Pod) {
+			return false
+		}
+		mv.Until = old.Until
+	}
 	m.moves[vm] = mv
+	return true
 }
 
-// pending reports whether any move is known: the claims loop runs a pass
-// at each poll while one is, so that one that runs out is undone in time.
+// pending reports whether a move is in force or shown: the claims loop
+// runs a pass at each poll while one is, so that one that runs out is
+// undone in time.
 func (m *peerMoves) pending() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.moves) > 0 || len(m.shown) > 0
+	if len(m.shown) > 0 {
+		return true
+	}
+	for _, mv := range m.moves {
+		if !mv.lapsed {
+			return true
+		}
+	}
+	return false
+}
+
+// showing reports whether the last overlay showed a move.
+func (m *peerMoves) showing() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.shown) > 0
 }
 
 // overlay is have (sorted by VM, as list returns it) with each known move
 // in place of its claim, while the claim is at the move's resourceVersion
 // and the move's time has not run out; have itself is not changed. A move
-// that ran out is forgotten, and so is one that was shown and whose claim
-// changed since: the claim has its update, or another change, which wins.
-// A move whose claim is at another version and never was shown waits, for
-// a receiver whose watch is behind the sender's. stale is called with
-// each VM whose claim overlay shows otherwise than the last call did, and
-// lapsed with each move that was shown and ran out before its claim
-// changed: a target that heard its guest and could not update the claim,
-// or a notice the claim never followed.
+// that was shown and whose claim changed since is forgotten: the claim has
+// its update, or another change, which wins. A move whose claim is at
+// another version and never was shown waits, for a receiver whose watch
+// is behind the sender's. A move that ran out lapses, and is forgotten
+// once its claim is at another version. stale is called with each VM
+// whose claim overlay shows otherwise than the last call did, and lapsed
+// with each move that was shown and ran out before its claim changed: a
+// target that heard its guest and could not update the claim in time, or
+// a notice the claim never followed.
 func (m *peerMoves) overlay(have []claim, now time.Time, stale func(vm string), lapsed func(vm string, mv peerMove)) []claim {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -90,18 +123,23 @@ func (m *peerMoves) overlay(have []claim, now time.Time, stale func(vm string), 
 	var out []claim
 	for vm, mv := range m.moves {
 		i, found := claimAt(have, vm)
+		atRV := found && have[i].ResourceVersion == mv.RV
+		_, was := m.shown[vm]
 		switch {
-		case !now.Before(mv.Until):
-			delete(m.moves, vm)
-			if _, was := m.shown[vm]; was && found && have[i].ResourceVersion == mv.RV {
-				lapsed(vm, mv)
-			}
-			continue
-		case !found || have[i].ResourceVersion != mv.RV:
-			if _, was := m.shown[vm]; was {
+		case mv.lapsed || (!atRV && was) || (!atRV && !now.Before(mv.Until)):
+			if !atRV {
 				delete(m.moves, vm) // the claim changed: it decides again
 			}
 			continue
+		case !now.Before(mv.Until):
+			mv.lapsed = true
+			m.moves[vm] = mv
+			if was {
+				lapsed(vm, mv)
+			}
+			continue
+		case !atRV:
+			continue // the watch may be behind the notice
 		}
 		c := have[i]
 		if c.Status.Node == mv.Node && c.Status.Pod == mv.Pod && c.Status.HeldUntil == "" {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,6 +29,25 @@ type peerLink struct {
 	log   *slog.Logger
 	// notices counts the notices read, by what came of them.
 	notices *prometheus.CounterVec
+	// badLog and refusedLog keep a flood of notices from flooding the log.
+	badLog, refusedLog logEvery
+}
+
+// logEvery allows one log line a period.
+type logEvery struct {
+	mu     sync.Mutex
+	period time.Duration
+	last   time.Time
+}
+
+func (l *logEvery) allow(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.last.IsZero() && now.Sub(l.last) < l.period {
+		return false
+	}
+	l.last = now
+	return true
 }
 
 // newPeerNoticesCounter is vmlane_peer_notices_total, registered with reg.
@@ -41,7 +61,8 @@ func newPeerNoticesCounter(reg prometheus.Registerer) *prometheus.CounterVec {
 // openPeers binds the notices' sockets to self's addresses (the first of
 // each family, as the route controller reads them) at port.
 func openPeers(key []byte, port uint16, self routes.Node, nodes func() []routes.Node, notices *prometheus.CounterVec, log *slog.Logger) (*peerLink, error) {
-	p := &peerLink{key: key, port: port, self: self.Name, nodes: nodes, notices: notices, log: log}
+	p := &peerLink{key: key, port: port, self: self.Name, nodes: nodes, notices: notices, log: log,
+		badLog: logEvery{period: time.Minute}, refusedLog: logEvery{period: time.Second}}
 	for _, v4 := range []bool{true, false} {
 		a, ok := firstAddr(self.Addrs, v4)
 		if !ok {
@@ -75,13 +96,21 @@ func (p *peerLink) close() {
 	}
 }
 
-// send tells every other Node n, at its first address of a family this
-// node has a socket of. It does not wait for anything: UDP, and a notice
-// lost is a migration whose routes move by the API path.
-func (p *peerLink) send(n peer.Notice) {
-	b, err := peer.Seal(p.key, n)
-	if err != nil {
-		p.log.Warn("live-migration notice: its claim's update alone moves the VM", "vm", n.VM, "err", err)
+// send tells every other Node each of notices, at its first address of
+// a family this node has a socket of (the other family's if that fails).
+// It does not wait for anything: UDP, and a notice lost is a migration
+// whose routes move by the API path.
+func (p *peerLink) send(notices []peer.Notice) {
+	var sealed [][]byte
+	for _, n := range notices {
+		b, err := peer.Seal(p.key, n)
+		if err != nil {
+			p.log.Warn("live-migration notice: its claim's update alone moves the VM", "vm", n.VM, "err", err)
+			continue
+		}
+		sealed = append(sealed, b)
+	}
+	if len(sealed) == 0 {
 		return
 	}
 	sent, failed := 0, 0
@@ -89,21 +118,31 @@ func (p *peerLink) send(n peer.Notice) {
 		if node.Name == p.self {
 			continue
 		}
-		for _, c := range p.conns {
-			to, ok := firstAddr(node.Addrs, c.LocalAddr().(*net.UDPAddr).IP.To4() != nil)
-			if !ok {
-				continue
-			}
-			if _, err := c.WriteToUDPAddrPort(b, netip.AddrPortFrom(to, p.port)); err != nil {
-				failed++
-				p.log.Debug("live-migration notice", "node", node.Name, "to", to, "err", err)
-			} else {
+		for _, b := range sealed {
+			if p.sendTo(node, b) {
 				sent++
+			} else {
+				failed++
 			}
-			break
 		}
 	}
-	p.log.Debug("live-migration notices sent", "vm", n.VM, "rv", n.ResourceVersion, "nodes", sent, "failed", failed)
+	p.log.Debug("live-migration notices sent", "notices", len(sealed), "sent", sent, "failed", failed)
+}
+
+// sendTo sends b to node, and reports whether a socket took it.
+func (p *peerLink) sendTo(node routes.Node, b []byte) bool {
+	for _, c := range p.conns {
+		to, ok := firstAddr(node.Addrs, c.LocalAddr().(*net.UDPAddr).IP.To4() != nil)
+		if !ok {
+			continue
+		}
+		if _, err := c.WriteToUDPAddrPort(b, netip.AddrPortFrom(to, p.port)); err != nil {
+			p.log.Debug("live-migration notice", "node", node.Name, "to", to, "err", err)
+			continue
+		}
+		return true
+	}
+	return false
 }
 
 // serve reads notices until ctx ends and hands each that opens with the
@@ -129,12 +168,18 @@ func (p *peerLink) serve(ctx context.Context, take func(peer.Notice, netip.Addr)
 				notice, err := peer.Open(p.key, buf[:n])
 				if err != nil {
 					p.count("bad")
-					p.log.Debug("live-migration notice refused", "from", src, "err", err)
+					// A node of another key (the Secret changed and
+					// not every vmlaned restarted), or not a notice.
+					if p.badLog.allow(time.Now()) {
+						p.log.Warn("live-migration notice that does not open with this node's key: a node of another key (restart the DaemonSet after changing the Secret vmlane-peer), or not a notice; said at most once a minute", "from", src, "err", err)
+					}
 					continue
 				}
 				if err := take(notice, src.Addr()); err != nil {
 					p.count("refused")
-					p.log.Info("live-migration notice refused", "from", src, "err", err)
+					if p.refusedLog.allow(time.Now()) {
+						p.log.Info("live-migration notice refused; said at most once a second", "from", src, "err", err)
+					}
 					continue
 				}
 				p.count("taken")

@@ -22,8 +22,8 @@ import (
 // node-c over UDP (loopback addresses stand for the nodes' own), and
 // node-c's claims then route web to node-b before the claim says so; the
 // claim's update ends it. A notice from an address that is not the
-// sender's Node's, and one under another key, change nothing and are
-// counted.
+// sender's Node's, one under another key and one of a VM without a claim
+// change nothing and are counted.
 func TestPeerNotices(t *testing.T) {
 	key := []byte("0123456789abcdef0123456789abcdef")
 	nodes := testNodes("node-a", "node-b", "node-c")
@@ -79,15 +79,28 @@ func TestPeerNotices(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer forger.close()
-	forger.send(notice)
+	forger.send([]peer.Notice{notice})
 	other, err := openPeers([]byte("another key of thirty-two bytes!"), port, nodes.byName["node-b"], list, nil, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	other.send(notice)
+	other.send([]peer.Notice{notice})
 	other.close()
 	waitCount(t, counted, "refused", 1)
 	waitCount(t, counted, "bad", 1)
+	// Well sent, of a VM that has no claim here: it is not kept.
+	unknown, err := openPeers(key, port, nodes.byName["node-b"], list, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stray := notice
+	stray.VM = "default/nosuchvm"
+	unknown.send([]peer.Notice{stray})
+	unknown.close()
+	waitCount(t, counted, "refused", 2)
+	if s.moves.pending() {
+		t.Errorf("moves %v after a notice of a VM without a claim", s.moves.moves)
+	}
 	if got := routed(); !slices.Equal(got, []string{"default/web@node-a"}) {
 		t.Fatalf("after forged notices: %v", got)
 	}
@@ -97,7 +110,7 @@ func TestPeerNotices(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sender.close()
-	sender.send(notice)
+	sender.send([]peer.Notice{notice})
 	select {
 	case <-poked:
 	case <-time.After(5 * time.Second):
@@ -152,16 +165,24 @@ func TestTakeHeard(t *testing.T) {
 		{Op: "update", VM: "default/db", ResourceVersion: "20", Status: claimStatus{Node: "node-b", Pod: "default/db-b"}},
 		{Op: "create", VM: "default/new", Status: claimStatus{Node: "node-b", Pod: "default/new-b"}},
 	}
-	if !s.takeHeard(acts, map[string]bool{"default/web": true}, now) {
-		t.Fatal("took no claim")
+	heard := map[string]bool{"default/web": true}
+	notices := s.takeHeard(acts, heard, now)
+	if len(notices) != 1 {
+		t.Fatalf("notices %+v, want web's", notices)
 	}
-	if s.takeHeard(acts[1:], map[string]bool{"default/web": true}, now) {
-		t.Error("took a claim it did not hear")
+	if n := s.takeHeard(acts[1:], heard, now); len(n) != 0 {
+		t.Errorf("took claims it did not hear: %+v", n)
+	}
+	// The next pass plans the same update (the last one failed): nothing
+	// new to take or tell, and the hold still counts from the first.
+	if n := s.takeHeard(acts, heard, now.Add(time.Second)); len(n) != 0 {
+		t.Errorf("told again: %+v", n)
 	}
 	want := peerMove{Node: "node-b", Pod: "default/web-b", RV: "10", Until: now.Add(peerHold)}
 	if mv := s.moves.moves; len(mv) != 1 || mv["default/web"] != want {
 		t.Errorf("moves %+v, want web's only, %+v", mv, want)
 	}
+	sender.send(notices)
 	select {
 	case n := <-got:
 		if n.From != "node-b" || n.VM != "default/web" || n.Pod != "default/web-b" || n.ResourceVersion != "10" || n.Sent != now.UnixMilli() {

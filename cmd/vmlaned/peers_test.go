@@ -87,19 +87,44 @@ func TestPeerMovesOverlay(t *testing.T) {
 	want(overlay(have, t0.Add(time.Second)), "default/db@node-c/default/db-c", "default/web@node-b/default/web-b")
 	wantStale()
 
+	// Notices of db's version again, the same or naming another pod,
+	// do not hold it longer: its hold counts from the first.
+	if m.add("default/db", peerMove{Node: "node-c", Pod: "default/db-c", RV: "20", Until: t0.Add(2 * peerHold)}) {
+		t.Error("the same notice again is news")
+	}
+	if !m.add("default/db", peerMove{Node: "node-c", Pod: "default/db-c2", RV: "20", Until: t0.Add(2 * peerHold)}) {
+		t.Error("a notice naming another pod is not news")
+	}
+	want(overlay(have, t0.Add(time.Second)), "default/db@node-c/default/db-c2", "default/web@node-b/default/web-b")
+	wantStale("default/db")
+
 	// db's move runs out before its update came: db is as its claim
-	// says, and the move is said to have lapsed.
+	// says, the move is said to have lapsed, and no notice of that
+	// version is taken again.
 	want(overlay(have, t0.Add(peerHold)), "default/db@node-a/ held", "default/web@node-b/default/web-b")
 	if !slices.Equal(lapsed, []string{"default/db@node-c"}) {
 		t.Errorf("lapsed %v, want db's move to node-c", lapsed)
 	}
 	lapsed = nil
 	wantStale("default/db")
+	if m.add("default/db", peerMove{Node: "node-c", Pod: "default/db-c", RV: "20", Until: t0.Add(3 * peerHold)}) {
+		t.Error("took a notice of a version whose move lapsed")
+	}
 	want(overlay(have, t0.Add(peerHold)), "default/db@node-a/ held", "default/web@node-b/default/web-b")
 	wantStale()
 	if m.pending() {
 		t.Errorf("pending after every move went: %v", m.moves)
 	}
+	// db's claim changes: the lapsed move is forgotten, and a notice of
+	// the new version is taken.
+	db2 := db
+	db2.ResourceVersion = "21"
+	have = []claim{db2, web2}
+	overlay(have, t0.Add(peerHold))
+	if _, ok := m.moves["default/db"]; ok {
+		t.Errorf("the lapsed move stays after its claim changed: %v", m.moves)
+	}
+	have = []claim{db, web2}
 
 	// A notice ahead of this node's watch: it waits for the claim's
 	// version, and shows once the watch has it.

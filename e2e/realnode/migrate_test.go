@@ -33,7 +33,8 @@ import (
 // addresses from a pod on each node (the source, the target and node-c)
 // goes on through each migration, and a TCP connection from node-c's pod,
 // opened before each, finishes its request after it. The test
-// fails when a vantage's pings do not come back or a route never moves;
+// fails when a vantage's pings do not come back, a route never moves, or
+// a node took no live-migration notice (checkNotices);
 // it reports each run's QEMU downtime, the switch's times in the kernels
 // (migrationClock) and each vantage's loss against the downtime, and
 // writes the table to VMLANE_MIGRATION_REPORT when set (`make bench`).
@@ -94,6 +95,38 @@ func TestVMLiveMigration(t *testing.T) {
 	for _, dst := range []netip.Addr{addr, addr6} {
 		if r, out := c.PingFrom(client, dst, 3, "0.2"); !r.OK {
 			t.Errorf("node-c's pod → the migrated VM %s: %d of 3 answered\n%s", dst, r.Recv, out)
+		}
+	}
+	if len(results) == runs {
+		checkNotices(t, a, b, cn)
+	}
+}
+
+// checkNotices: every node took live-migration notices of the test's
+// migrations (each is the source or a third node of some), and none came
+// under another key; what each counted is logged.
+func checkNotices(t *testing.T, nodes ...*cluster.RealNode) {
+	t.Helper()
+	for _, n := range nodes {
+		out, err := n.NS.Run("timeout", "5", "busybox", "wget", "-q", "-O", "-", "http://127.0.0.1:9464/metrics")
+		if err != nil {
+			t.Errorf("%s: vmlaned's metrics: %v\n%s", n.Name, err, out)
+			continue
+		}
+		counts := map[string]string{}
+		for _, line := range strings.Split(out, "\n") {
+			if rest, ok := strings.CutPrefix(line, `vmlane_peer_notices_total{result="`); ok {
+				if result, v, ok := strings.Cut(rest, `"} `); ok {
+					counts[result] = v
+				}
+			}
+		}
+		t.Logf("%s: live-migration notices: %v", n.Name, counts)
+		if v := counts["taken"]; v == "" || v == "0" {
+			t.Errorf("%s took no live-migration notice: its routes moved by the claims alone (counts %v)", n.Name, counts)
+		}
+		if v := counts["bad"]; v != "" && v != "0" {
+			t.Errorf("%s got %s notices it could not open: do the nodes have one key?", n.Name, v)
 		}
 	}
 }
