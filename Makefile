@@ -306,6 +306,7 @@ bench: deps bench-deps build cni-reference controlplane
 	set -o pipefail; VMLANE_PRIVILEGED=require $(GO) test -run '^$$' -bench Table -benchtime 30x ./internal/antispoof | tee $(CACHE)/bench-antispoof.txt
 	set -o pipefail; $(GO) test -run '^$$' -bench ComputeVMs -benchtime 20x ./routes | tee $(CACHE)/bench-routes-vms.txt
 	set -o pipefail; $(GO) test -run '^$$' -bench ClaimsPass -benchmem ./cmd/vmlaned | tee $(CACHE)/bench-claims.txt
+	set -o pipefail; $(GO) test -run '^$$' -bench PeerSend -benchtime 20x ./cmd/vmlaned | tee $(CACHE)/bench-peer-send.txt
 	set -o pipefail; VMLANE_PRIVILEGED=require $(GO) test -run '^$$' -bench HostRoutes -benchmem ./internal/bridge | tee $(CACHE)/bench-hostroutes.txt
 	set -o pipefail; VMLANE_PRIVILEGED=require $(GO) test -run '^$$' -bench AnnounceToBird -benchtime 1x ./routes/bgp | tee $(CACHE)/bench-bgp.txt
 	set -o pipefail; VMLANE_PRIVILEGED=require $(GO) test -run '^$$' -bench VXLANThroughput -benchtime 1x ./routes | tee $(CACHE)/bench-vxlan.txt
