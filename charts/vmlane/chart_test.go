@@ -124,8 +124,7 @@ func TestDefaults(t *testing.T) {
 	ds := objs.daemonSet(t, "vmlane")
 	c := container(ds, "vmlaned")
 	wantArgs := []string{"--node-name=$(NODE_NAME)", "--cni-conf-dir=/etc/cni/net.d", "--vm-cni-conf-dir=/etc/cni/vmlane-vm.d",
-		"--lease-file=/var/lib/vmlane/leases.json", "--health-addr=127.0.0.1:9465", "--metrics-addr=127.0.0.1:9464",
-		"--peer-key-file=/etc/vmlane/peer/key"}
+		"--lease-file=/var/lib/vmlane/leases.json", "--health-addr=127.0.0.1:9465", "--metrics-addr=127.0.0.1:9464"}
 	if !slices.Equal(c.Args, wantArgs) {
 		t.Errorf("vmlaned args %q, want %q", c.Args, wantArgs)
 	}
@@ -170,7 +169,7 @@ func TestValues(t *testing.T) {
 		"--bgp-max-prefixes=50", "--bgp-password-file=/etc/vmlane/bgp/password",
 		"--anti-spoof=false", "--mtu=1400", "--vm-hold-time=48h",
 		"--dns=10.96.0.10", "--search=svc.cluster.local,cluster.local", "--domain=cluster.local",
-		"--resync-period=1m", "--peer-key-file=/etc/vmlane/peer/key", "--peer-port=19466",
+		"--resync-period=1m", "--peer-port=19466",
 	} {
 		if !slices.Contains(c.Args, want) {
 			t.Errorf("vmlaned args %q lack %s", c.Args, want)
@@ -200,6 +199,12 @@ func TestValues(t *testing.T) {
 	}
 	if v := vols["peer-key"]; v.Secret == nil || v.Secret.SecretName != "cluster-peer-key" || v.Secret.Optional == nil || !*v.Secret.Optional {
 		t.Errorf("peer-key volume %+v, want the Secret cluster-peer-key, optional", v)
+	}
+	// Where vmlaned looks for the key without a flag (peer.DefaultKeyFile).
+	if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+		return m.Name == "peer-key" && m.MountPath+"/key" == "/etc/vmlane/peer/key"
+	}) {
+		t.Errorf("the peer key is not mounted at /etc/vmlane/peer/key: %v", c.VolumeMounts)
 	}
 	if _, ok := objs["Secret/cluster-peer-key"]; ok {
 		t.Error("createPeerKey=false made the Secret")

@@ -143,7 +143,7 @@ type claimsSync struct {
 	passTime prometheus.Observer
 	// moves is the live migrations this node knows of ahead of their
 	// claims' updates (peers.go), peers its end of the notices that tell
-	// the other nodes (nil: no --peer-key-file).
+	// the other nodes (nil: no key, see startPeers).
 	moves peerMoves
 	peers *peerLink
 	// notices counts the notices by what came of them, and the moves
@@ -497,7 +497,7 @@ func (s *claimsSync) dataplane(file *leases.File, routed []netip.Prefix, rerr er
 }
 
 // startPeers opens this node's end of the live-migration notices when
-// --peer-key-file names a key, and hands the notices it takes to the
+// --peer-key-file (peer.DefaultKeyFile unless set) holds a key, and hands the notices it takes to the
 // claims passes, calling poke for each. Without the file (the Secret is
 // optional) or with a bad one it says so once, and the routes move by the
 // claims alone until a later call finds it.
@@ -508,7 +508,11 @@ func (s *claimsSync) startPeers(ctx context.Context, notices *prometheus.Counter
 	const without = "no live-migration notices yet: a migrated VM's routes move when its claim's update reaches each node; "
 	key, err := peer.ReadKey(s.c.PeerKeyFile)
 	if errors.Is(err, os.ErrNotExist) {
-		s.warnOnce("--peer-key-file", without+"the key file "+s.c.PeerKeyFile+" is not there (the Secret vmlane-peer: docs/vm-identity.md); looking again every "+claimsResync.String())
+		// The Secret is optional: said once, not warned.
+		if _, said := s.warned["--peer-key-file"]; !said {
+			s.warned["--peer-key-file"] = ""
+			s.log.Info(without+"the key file is not there (the Secret vmlane-peer: docs/vm-identity.md); looking again every "+claimsResync.String(), "file", s.c.PeerKeyFile)
+		}
 		return
 	}
 	if err != nil {

@@ -166,7 +166,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil
 	})
 	fs.StringVar(&c.BGPPasswordFile, "bgp-password-file", "", "--cross-subnet=bgp: a file holding the TCP MD5 password of every session (a Secret's key, mounted)")
-	fs.StringVar(&c.PeerKeyFile, "peer-key-file", "", "a file holding the cluster's key of live-migration notices (a Secret's key, mounted; at least 32 bytes): a migration's target tells every other node at once, ahead of the VM's claim; without the file, routes move by the claim alone")
+	fs.StringVar(&c.PeerKeyFile, "peer-key-file", peer.DefaultKeyFile, "a file holding the cluster's key of live-migration notices (the Secret vmlane-peer, mounted; at least 32 bytes): a migration's target tells every other node at once, ahead of the VM's claim; while the file is missing, and with an empty value, routes move by the claim alone")
 	fs.IntVar(&c.PeerPort, "peer-port", peer.DefaultPort, "the UDP port of live-migration notices, on each node's address (--peer-key-file)")
 	fs.IntVar(&c.VXLANVNI, "vxlan-vni", routes.DefaultVXLANVNI, "--cross-subnet=vxlan: the VXLAN network identifier (flannel uses 1, Calico 4096)")
 	fs.IntVar(&c.VXLANPort, "vxlan-port", routes.DefaultVXLANPort, "--cross-subnet=vxlan: the VXLAN UDP port (flannel uses 8472)")

@@ -26,6 +26,12 @@ import (
 // DefaultPort is the UDP port vmlaned receives notices on (--peer-port).
 const DefaultPort = 9466
 
+// DefaultKeyFile is where vmlaned looks for the key (--peer-key-file):
+// where the DaemonSet mounts the Secret vmlane-peer, so that its pod
+// needs no flag for it (an older vmlaned, rolled back to by its image
+// alone, would refuse a flag it does not know).
+const DefaultKeyFile = "/etc/vmlane/peer/key"
+
 // MaxSize is the largest notice Open takes: it fits one datagram on any
 // link (IPv6's minimum MTU, 1280, less the IPv6 and UDP headers). A
 // notice of the longest names Kubernetes allows would not (Seal says so,
