@@ -229,6 +229,15 @@ func TestHybrid(t *testing.T) {
 	}
 	ro := objs.daemonSet(t, "vmlane-routes")
 	c := container(ro, "vmlaned")
+	// A node of another CNI takes live-migration notices too: the key
+	// where vmlaned looks for it.
+	if !slices.ContainsFunc(ro.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool {
+		return v.Name == "peer-key" && v.Secret != nil && v.Secret.SecretName == "vmlane-peer"
+	}) || !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+		return m.Name == "peer-key" && m.MountPath == "/etc/vmlane/peer"
+	}) {
+		t.Errorf("routes-only: the peer key is not mounted at /etc/vmlane/peer: %v", c.VolumeMounts)
+	}
 	if !slices.Contains(c.Args, "--routes-only") || !slices.Contains(c.Args, "--service-cidr=10.96.0.0/12") {
 		t.Errorf("routes-only args %q", c.Args)
 	}

@@ -322,7 +322,7 @@ func waitNodes(ctx context.Context, ctrl *routes.Controller) bool {
 // watched, and the host routes of VMs away from their home subnets handed
 // to the route controller, so the nodes of another CNI reach a VM that
 // moved. It publishes nothing: the node holds no VM.
-func runClaimRoutes(ctx context.Context, dyn dynamic.Interface, c *config, ctrl *routes.Controller, passTime prometheus.Observer, log *slog.Logger) {
+func runClaimRoutes(ctx context.Context, dyn dynamic.Interface, c *config, ctrl *routes.Controller, passTime prometheus.Observer, notices *prometheus.CounterVec, log *slog.Logger) {
 	log = log.With("component", "claims")
 	changes := &claimChanges{}
 	inf, kick := claimsInformer(ctx, dyn, changes, log)
@@ -332,17 +332,39 @@ func runClaimRoutes(ctx context.Context, dyn dynamic.Interface, c *config, ctrl 
 	s := &claimsSync{c: c, claims: inf.GetStore(), changes: changes, ctrl: ctrl, log: log, warned: map[string]string{}}
 	t := time.NewTicker(claimsResync)
 	defer t.Stop()
+	// A node of another CNI holds no VM, so it sends no live-migration
+	// notices, but it takes them (a host that is no node has no address
+	// of a Node to take them on).
+	peerKick := make(chan struct{}, 1)
+	var peersTried time.Time
 	for {
+		if s.peers == nil && c.PeerKeyFile != "" && c.NodeName != "" && time.Since(peersTried) >= claimsResync {
+			peersTried = time.Now()
+			s.startPeers(ctx, notices, func() {
+				select {
+				case peerKick <- struct{}{}:
+				default:
+				}
+			})
+		}
 		start := time.Now()
-		vms, _, _ := s.apply(s.list())
+		vms, _, _ := s.apply(s.overlay(s.list()))
 		ctrl.SetVMs(vms)
 		if passTime != nil {
 			passTime.Observe(time.Since(start).Seconds())
+		}
+		// While a move is known ahead of its claim, a pass every poll
+		// sees whether it ran out.
+		var expiry <-chan time.Time
+		if s.moves.pending() {
+			expiry = time.After(claimsPoll)
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-kick:
+		case <-peerKick:
+		case <-expiry:
 		case <-t.C:
 		}
 	}

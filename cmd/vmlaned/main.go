@@ -390,7 +390,6 @@ var fullModeOnly = map[string]bool{
 	"anti-spoof": true, "anti-spoof-period": true, "cni-conf-dir": true, "vm-cni-conf-dir": true, "cni-version": true,
 	"bridge": true, "lease-file": true, "mtu": true, "lease-time": true, "vm-hold-time": true, "dns": true, "search": true, "domain": true, "dhcp-range": true,
 	"vmnet-plist": true, "pf-anchor": true, "vmnet-network-file": true, "vmnet-state-file": true, "bootpd-plist": true, "bootpd-ignore-client-id": true,
-	"peer-key-file": true, "peer-port": true,
 }
 
 // peerList is the repeatable --bgp-peer flag.

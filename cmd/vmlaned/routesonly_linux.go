@@ -76,7 +76,7 @@ func runRoutesOnly(ctx context.Context, c *config, log *slog.Logger) error {
 	if dyn, err := dynamicClient(c.Kubeconfig); err != nil {
 		log.Warn("no client for VMClaims: VMs that moved off their home node are not routed here", "err", err)
 	} else {
-		go runClaimRoutes(ctx, dyn, c, ctrl, newClaimsPassHistogram(reg), log)
+		go runClaimRoutes(ctx, dyn, c, ctrl, newClaimsPassHistogram(reg), newPeerNoticesCounter(reg), log)
 	}
 	go func() {
 		select {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"net/netip"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -154,7 +155,8 @@ func TestVXLANDaemonRestart(t *testing.T) {
 // --routes-only (a node of another CNI, b1 standing for its pods): every
 // node, node-b too, routes the VM's /32 and /128 through the tunnel to
 // node-c while it runs there, and its home node's pod subnet again once
-// it is back. node-a and node-c are labelled VM nodes for node-b.
+// it is back, node-b on the targets' live-migration notices too. node-a
+// and node-c are labelled VM nodes for node-b.
 func TestVXLANLiveMigration(t *testing.T) {
 	useMode(t, "vxlan", nil)
 	b := c.Node("node-b")
@@ -186,6 +188,23 @@ func TestVXLANLiveMigration(t *testing.T) {
 			})
 		}
 	})
+	// node-b, of another CNI, took the targets' live-migration notices:
+	// its routes moved on them, not on the claims' updates alone.
+	out, _ := b.NS.Run("timeout", "5", "busybox", "wget", "-q", "-O", "-", "http://127.0.0.1:9464/metrics")
+	if !regexp.MustCompile(`(?m)^vmlane_peer_notices_total\{result="taken"\} [1-9]`).MatchString(out) {
+		t.Errorf("routes-only node-b took no live-migration notice; its metrics:\n%s", grepLines(out, "vmlane_peer_notices_total"))
+	}
+}
+
+// grepLines is the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // hostRouteVia reports whether routes (ip route's lines) have a host
