@@ -411,6 +411,10 @@ func findOverlaps(nodes []Node) map[claim]string {
 	return out
 }
 
+// FirstAddr is the node's first address of a family (v4, or IPv6): its
+// next hop of that family, and where vmlaned's other sockets to it go.
+func (n Node) FirstAddr(v4 bool) (netip.Addr, bool) { return firstOfFamily(n.Addrs, v4) }
+
 func firstOfFamily(addrs []netip.Addr, v4 bool) (netip.Addr, bool) {
 	for _, a := range addrs {
 		if a.Is4() == v4 {

@@ -64,7 +64,7 @@ func openPeers(key []byte, port uint16, self routes.Node, nodes func() []routes.
 	p := &peerLink{key: key, port: port, self: self.Name, nodes: nodes, notices: notices, log: log,
 		badLog: logEvery{period: time.Minute}, refusedLog: logEvery{period: time.Second}}
 	for _, v4 := range []bool{true, false} {
-		a, ok := firstAddr(self.Addrs, v4)
+		a, ok := self.FirstAddr(v4)
 		if !ok {
 			continue
 		}
@@ -79,15 +79,6 @@ func openPeers(key []byte, port uint16, self routes.Node, nodes func() []routes.
 		return nil, fmt.Errorf("live-migration notices: node %s has no address to receive them on", self.Name)
 	}
 	return p, nil
-}
-
-func firstAddr(addrs []netip.Addr, v4 bool) (netip.Addr, bool) {
-	for _, a := range addrs {
-		if a.Is4() == v4 {
-			return a, true
-		}
-	}
-	return netip.Addr{}, false
 }
 
 func (p *peerLink) close() {
@@ -132,7 +123,7 @@ func (p *peerLink) send(notices []peer.Notice) {
 // sendTo sends b to node, and reports whether a socket took it.
 func (p *peerLink) sendTo(node routes.Node, b []byte) bool {
 	for _, c := range p.conns {
-		to, ok := firstAddr(node.Addrs, c.LocalAddr().(*net.UDPAddr).IP.To4() != nil)
+		to, ok := node.FirstAddr(c.LocalAddr().(*net.UDPAddr).IP.To4() != nil)
 		if !ok {
 			continue
 		}

@@ -3,10 +3,10 @@
 package crosssubnet
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -160,16 +160,10 @@ func TestBGP(t *testing.T) {
 			o, _ := bird.Birdc("show", "protocols", "node_b")
 			return strings.Contains(o, "Established"), o
 		})
-		metric := `vmlane_bgp_session_flaps_total{peer="10.99.0.253"} `
+		metric := `vmlane_bgp_session_flaps_total{peer="10.99.0.253"}`
 		cluster.Eventually(t, "the flap counted", func() (bool, string) {
-			out, _ := b.NS.Run("timeout", "5", "busybox", "wget", "-q", "-O", "-", "http://127.0.0.1:9464/metrics")
-			for _, l := range strings.Split(out, "\n") {
-				if v, ok := strings.CutPrefix(l, metric); ok {
-					n, _ := strconv.ParseFloat(v, 64)
-					return n >= 1, l
-				}
-			}
-			return false, out
+			m, err := cluster.Metrics(b.NS)
+			return err == nil && m[metric] >= 1, fmt.Sprintf("%s %v (%v)", metric, m[metric], err)
 		})
 		cluster.Eventually(t, "the Event", func() (bool, string) {
 			out, _ := c.Kubectl("get", "events", "-A", "--field-selector", "reason=VmlaneBGPSessionDown", "-o", "name")
